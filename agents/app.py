@@ -1,0 +1,35 @@
+"""The Faust app: topics and every stage agent, built from settings.
+
+Nothing happens at import time; `build_app()` is called from `main()`.
+"""
+
+from __future__ import annotations
+
+import faust
+
+from agents import consolidator, embedder, qdrant_sink, rules, summarizer, window
+from agents.runtime import Runtime, Topics
+from services.config import Settings
+
+STAGES = (window, rules, summarizer, embedder, consolidator, qdrant_sink)
+
+
+def build_app(settings: Settings, runtime: Runtime) -> tuple[faust.App, Topics]:
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        # Topics come from topics.yaml (memstream topics create), never ad hoc.
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        broker_commit_interval=settings.commit_interval,
+        producer_acks=-1,
+        consumer_auto_offset_reset="earliest",
+        stream_wait_empty=False,
+        loghandlers=[],
+    )
+    topics = Topics.declare(app)
+    for stage in STAGES:
+        stage.agent.register(app, topics, runtime)
+    return app, topics

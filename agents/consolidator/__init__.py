@@ -1,0 +1,4 @@
+"""consolidator stage."""
+from agents.consolidator import agent as agent
+
+__all__ = ["agent"]

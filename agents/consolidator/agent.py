@@ -1,0 +1,49 @@
+"""consolidator: the single writer of long-term memory.
+
+One Postgres transaction per batch; changes go out only after it commits.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import faust
+
+from agents.consolidator.apply import apply_candidate
+from agents.runtime import Runtime, Topics
+from agents.stage import forward, parse_or_dlq, span
+from schemas import EmbeddedCandidate, MemoryChange
+from services import metrics
+
+STAGE = "consolidator"
+
+
+async def consolidate(rt: Runtime, batch: list[EmbeddedCandidate]) -> list[MemoryChange]:
+    now = datetime.now(UTC)
+    changes: list[MemoryChange] = []
+    kinds: list[str] = []
+    async with rt.pg.transaction("consolidate") as conn:
+        for item in batch:
+            decision, produced = await apply_candidate(rt.pg, conn, item, now)
+            kinds.append(decision.action.value)
+            changes.extend(produced)
+    committed = datetime.now(UTC)
+    for kind in kinds:
+        metrics.DECISIONS.labels(kind=kind).inc()
+    for item in batch:
+        metrics.FRESHNESS.labels(store="postgres").observe((committed - item.candidate.observed_at).total_seconds())
+    return changes
+
+
+def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
+    s = rt.settings
+
+    async def consolidator(stream: Any) -> None:
+        async for events in stream.take_events(s.consolidate_batch_size, within=s.consolidate_batch_within):
+            with span(STAGE, len(events)):
+                batch = await parse_or_dlq(events, EmbeddedCandidate, topics.dlq, STAGE)
+                if batch:
+                    await forward(topics.changes, STAGE, await consolidate(rt, batch))
+
+    app.agent(topics.embedded, name="consolidator")(consolidator)

@@ -1,0 +1,76 @@
+"""qdrant sink: the recall index follows `memory.changes`, idempotently.
+
+Only active memories live in the index; any other status removes the point.
+The last change of a record in a batch wins (changes are ordered per user).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import faust
+
+from agents.runtime import Runtime, Topics
+from agents.stage import parse_or_dlq, span
+from schemas import MemoryChange, MemoryRecord, MemoryStatus
+from services import metrics
+from services.stores.vector import IndexedMemory, Sparse
+
+STAGE = "qdrant_sink"
+
+
+def payload(record: MemoryRecord) -> dict[str, Any]:
+    return {
+        "tenant_id": record.tenant_id,
+        "user_id": record.user_id,
+        "type": record.type.value,
+        "status": record.status.value,
+        "text": record.text,
+        "category": record.category,
+        "key_name": record.key_name,
+        "value": record.value,
+        "importance": record.importance,
+        "access_count": record.access_count,
+        "observed_at": record.observed_at.isoformat(),
+        "observed_ts": record.observed_at.timestamp(),
+        "entities": record.entities,
+        "source": record.source.model_dump(mode="json"),
+        "version": record.version,
+    }
+
+
+def plan(changes: list[MemoryChange], sparse: Any) -> tuple[list[IndexedMemory], list[str]]:
+    """Collapse a batch into upserts and deletes, last change per record winning."""
+    latest: dict[str, MemoryChange] = {}
+    for change in changes:
+        latest[change.record.id] = change
+    upserts: list[IndexedMemory] = []
+    deletes: list[str] = []
+    for record_id, change in latest.items():
+        record = change.record
+        if record.status is MemoryStatus.ACTIVE and change.vector is not None:
+            vec: Sparse = sparse(record.text)
+            upserts.append(IndexedMemory(record_id, change.vector, vec, payload(record)))
+        else:
+            deletes.append(record_id)
+    return upserts, deletes
+
+
+def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
+    s = rt.settings
+
+    async def qdrant_sink(stream: Any) -> None:
+        async for events in stream.take_events(s.consolidate_batch_size, within=s.consolidate_batch_within):
+            with span(STAGE, len(events)):
+                changes = await parse_or_dlq(events, MemoryChange, topics.dlq, STAGE)
+                upserts, deletes = plan(changes, rt.bm25.document)
+                await rt.index.upsert(upserts)
+                await rt.index.delete(deletes)
+                now = datetime.now(UTC)
+                for change in changes:
+                    if change.turn_ts is not None:
+                        metrics.FRESHNESS.labels(store="qdrant").observe((now - change.turn_ts).total_seconds())
+                metrics.EVENTS_OUT.labels(stage=STAGE, topic="qdrant").inc(len(upserts) + len(deletes))
+
+    app.agent(topics.changes, name="qdrant_sink")(qdrant_sink)

@@ -1,0 +1,4 @@
+"""rules stage."""
+from agents.rules import agent as agent
+
+__all__ = ["agent"]

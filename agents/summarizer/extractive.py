@@ -1,0 +1,85 @@
+"""Extractive episodic summaries: the default, needing no model at all.
+
+Sentences are scored by how many of the chunk's frequent content words they
+carry, with a bonus for the user's own words; the best few are kept in their
+original order so the summary still reads as the conversation went.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from agents.rules.extract import entities, sentences
+from schemas import Role, TurnEvent
+
+_WORD = re.compile(r"[a-zA-Z][a-zA-Z'-]+")
+STOPWORDS = frozenset(
+    """a about above after again all also am an and any are as at be because been before being below between both but by
+    can could did do does doing don't down during each few for from further had has have having he her here hers herself him
+    himself his how i i'm i've if in into is it it's its itself just let's like me more most my myself no nor not now of off
+    on once only or other our ours ourselves out over own really same she should so some such than that that's the their
+    theirs them themselves then there these they this those through to too under until up very was we we're were what when
+    where which while who whom why will with would yeah yes you you're your yours yourself oh ok okay well thanks thank hey
+    hi got get gonna know think sure great good lot much many one things thing going way""".split()
+)
+MAX_SENTENCE_TOKENS = 40
+
+
+@dataclass(frozen=True)
+class Episode:
+    text: str
+    topics: list[str]
+    entities: list[str]
+    open_questions: list[str]
+    started_at: datetime
+    ended_at: datetime
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS]
+
+
+def _shorten(sentence: str) -> str:
+    words = sentence.split()
+    return sentence if len(words) <= MAX_SENTENCE_TOKENS else " ".join(words[:MAX_SENTENCE_TOKENS]) + " ..."
+
+
+def summarize(turns: list[TurnEvent], max_sentences: int) -> Episode | None:
+    """None when the chunk has nothing worth remembering (greetings, empty turns)."""
+    scored: list[tuple[float, int, str]] = []
+    frequency: Counter[str] = Counter()
+    for turn in turns:
+        frequency.update(content_words(turn.content))
+    if not frequency:
+        return None
+    position = 0
+    for turn in turns:
+        for sentence in sentences(turn.content):
+            words = content_words(sentence)
+            if not words:
+                continue
+            score = sum(frequency[w] for w in set(words)) / math.sqrt(len(words) + 1)
+            if turn.role is Role.USER:
+                score *= 1.5
+            scored.append((score, position, f"{turn.role.value}: {_shorten(sentence)}"))
+            position += 1
+    if not scored:
+        return None
+    best = sorted(scored, key=lambda s: (-s[0], s[1]))[:max_sentences]
+    chosen = [text for _, _, text in sorted(best, key=lambda s: s[1])]
+    topics = [w for w, _ in frequency.most_common(5)]
+    started, ended = min(t.ts for t in turns), max(t.ts for t in turns)
+    questions = [s for t in turns if t.role is Role.USER for s in sentences(t.content) if s.endswith("?")]
+    header = f"Conversation on {started.date().isoformat()} about {', '.join(topics[:3])}."
+    return Episode(
+        text=" ".join([header, *chosen]),
+        topics=topics,
+        entities=entities(" ".join(t.content for t in turns)),
+        open_questions=questions[-3:],
+        started_at=started,
+        ended_at=ended,
+    )

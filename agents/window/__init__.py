@@ -1,0 +1,4 @@
+"""window stage."""
+from agents.window import agent as agent
+
+__all__ = ["agent"]

@@ -1,0 +1,52 @@
+"""Working-window trimming: pure, so every edge case is a unit test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas import TurnEvent
+from services.textutil import count_tokens
+
+
+@dataclass(frozen=True)
+class WindowLimits:
+    max_tokens: int
+    max_turns: int
+    keep_last: int
+
+
+@dataclass(frozen=True)
+class WindowUpdate:
+    window: list[TurnEvent]
+    evicted: list[TurnEvent]
+    duplicate: bool = False
+
+
+def window_tokens(turns: list[TurnEvent]) -> int:
+    return sum(count_tokens(t.content) for t in turns)
+
+
+def append_turn(window: list[TurnEvent], turn: TurnEvent, limits: WindowLimits) -> WindowUpdate:
+    """Append `turn` (once: a redelivered event changes nothing) and trim.
+
+    The first turn (it usually frames the conversation) and the last
+    `keep_last` turns are never evicted, even when they alone exceed the
+    budget; eviction takes the oldest of the rest first.
+    """
+    if any(t.event_id == turn.event_id for t in window):
+        return WindowUpdate(window=window, evicted=[], duplicate=True)
+    turns = sorted([*window, turn], key=lambda t: (t.turn_index, t.ts))
+    return trim(turns, limits)
+
+
+def trim(turns: list[TurnEvent], limits: WindowLimits) -> WindowUpdate:
+    protected_tail = max(limits.keep_last, 0)
+    kept = list(turns)
+    evicted: list[TurnEvent] = []
+    tokens = window_tokens(kept)
+    # Index 1 is the oldest evictable turn while more than first + tail remain.
+    while len(kept) > 1 + protected_tail and (len(kept) > limits.max_turns or tokens > limits.max_tokens):
+        dropped = kept.pop(1)
+        tokens -= count_tokens(dropped.content)
+        evicted.append(dropped)
+    return WindowUpdate(window=kept, evicted=evicted)

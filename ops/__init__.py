@@ -1,0 +1,1 @@
+"""Operations: topic admin, the embedded stack, dashboards and scrape config."""

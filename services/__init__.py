@@ -1,0 +1,1 @@
+"""Read service, store adapters, embedder and CLI."""

@@ -1,0 +1,1 @@
+"""The read service: recall, memory views, working windows, health."""

@@ -1,0 +1,101 @@
+"""Recall: profile first (exact, from Postgres), then fused vector and BM25 hits."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from agents.runtime import Runtime
+from schemas import MemoryRecord, MemoryType
+from services import metrics
+from services.api.models import RecallRequest, RecalledMemory, RecallResponse, Source, WorkingTurn, WorkingWindow
+from services.api.ranking import Candidate, Weights, lexical_overlap, pack, prompt_block, rank
+from services.stores.vector import Hit, Scope
+
+PROFILE_TYPES = (MemoryType.FACT, MemoryType.PREFERENCE)
+
+
+def _from_record(record: MemoryRecord, query: str) -> Candidate:
+    return Candidate(
+        id=record.id,
+        type=record.type.value,
+        text=record.text,
+        similarity=lexical_overlap(query, record.text),
+        importance=record.importance,
+        access_count=record.access_count,
+        observed_at=record.observed_at,
+        entities=record.entities,
+        source=record.source.model_dump(mode="json"),
+        pinned=True,
+    )
+
+
+def _from_hit(hit: Hit, best: float) -> Candidate:
+    p = hit.payload
+    return Candidate(
+        id=hit.id,
+        type=str(p["type"]),
+        text=str(p["text"]),
+        similarity=hit.score / best if best > 0 else 0.0,
+        importance=float(p.get("importance", 0.0)),
+        access_count=int(p.get("access_count", 0)),
+        observed_at=datetime.fromisoformat(str(p["observed_at"])),
+        entities=list(p.get("entities") or []),
+        source=dict(p.get("source") or {}),
+    )
+
+
+def _profile(records: list[MemoryRecord], req: RecallRequest, limit: int) -> list[Candidate]:
+    """Facts always; preferences only when they touch the query or there is room."""
+    wanted = set(req.types or PROFILE_TYPES)
+    facts = [_from_record(r, req.query) for r in records if r.type in wanted and r.type is MemoryType.FACT]
+    prefs = [_from_record(r, req.query) for r in records if r.type in wanted and r.type is MemoryType.PREFERENCE]
+    prefs.sort(key=lambda c: (-c.similarity, -c.importance))
+    facts.sort(key=lambda c: (-c.similarity, -c.importance))
+    return (facts + prefs)[:limit]
+
+
+async def working(rt: Runtime, tenant_id: str, user_id: str, session_id: str) -> WorkingWindow | None:
+    row = await rt.pg.working_window(tenant_id, user_id, session_id)
+    if row is None:
+        return None
+    turns = [WorkingTurn.model_validate(t) for t in row["window_turns"]]
+    return WorkingWindow(session_id=session_id, turns=turns, tokens=row["window_tokens"], closed=row["closed_at"] is not None)
+
+
+async def recall(rt: Runtime, req: RecallRequest, weights: Weights) -> RecallResponse:
+    model = await rt.embedder()
+    dense = (await asyncio.to_thread(model.embed, [req.query]))[0]
+    types = tuple(t.value for t in req.types) if req.types else ()
+    scope = Scope(req.tenant_id, req.user_id, types)
+    pool = max(req.top_k * 3, rt.settings.recall_candidates)
+    hits, records = await asyncio.gather(
+        rt.index.search(scope, dense, rt.bm25.query(req.query), pool),
+        rt.pg.active_profile(req.tenant_id, req.user_id, limit=200),
+    )
+    best = max((h.score for h in hits), default=0.0)
+    profile = _profile(records, req, limit=max(3, req.top_k // 3))
+    candidates = profile + [_from_hit(h, best) for h in hits]
+    chosen, used = pack(rank(candidates, req.query, datetime.now(UTC), weights), req.top_k, req.token_budget)
+    metrics.RECALL_RESULTS.observe(len(chosen))
+    metrics.RECALL_TOKENS.observe(used)
+    window = await working(rt, req.tenant_id, req.user_id, req.session_id) if req.session_id else None
+    return RecallResponse(
+        memories=[_recalled(c) for c in chosen], prompt=prompt_block(chosen), tokens_used=used, working=window
+    )
+
+
+def _recalled(c: Candidate) -> RecalledMemory:
+    src: dict[str, Any] = c.source
+    return RecalledMemory(
+        id=c.id,
+        type=c.type,
+        text=c.text,
+        score=round(c.score, 6),
+        signals={k: round(v, 6) for k, v in c.signals.items()},
+        observed_at=c.observed_at,
+        source=Source(
+            session_id=src.get("session_id"), event_ids=list(src.get("event_ids", [])), metadata=list(src.get("metadata", []))
+        ),
+    )

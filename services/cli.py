@@ -1,0 +1,124 @@
+"""`memstream` command line: run the stack or its parts, produce, recall, status."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+import httpx
+
+from services.config import Settings
+
+
+def _cmd_up(settings: Settings, _: argparse.Namespace) -> int:
+    from ops.embedded import run
+
+    return run(settings)
+
+
+def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    from services.runner import run_worker
+
+    run_worker(settings, with_api=args.with_api)
+    return 0
+
+
+def _cmd_serve(settings: Settings, _: argparse.Namespace) -> int:
+    from services.runner import run_api
+
+    run_api(settings)
+    return 0
+
+
+def _cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
+    from ops.topics import create_topics, load_specs
+
+    specs = load_specs(settings.topics_file)
+    created = asyncio.run(create_topics(settings.kafka_bootstrap, specs))
+    print(f"{len(specs)} topics declared, {len(created)} created: {', '.join(created) or '-'}")
+    return 0
+
+
+def _cmd_migrate(settings: Settings, _: argparse.Namespace) -> int:
+    from services.stores.postgres import migrate
+
+    applied = asyncio.run(migrate(settings.pg_dsn))
+    print(f"applied migrations: {applied or 'none pending'}")
+    return 0
+
+
+def _cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
+    from services.producer import TurnProducer
+
+    source = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
+    lines = [line.rstrip(b"\n") for line in source if line.strip()]
+
+    async def send() -> int:
+        async with TurnProducer(settings.kafka_bootstrap) as producer:
+            return await producer.send_raw(lines)
+
+    print(f"produced {asyncio.run(send())} events to chat.turns")
+    return 0
+
+
+def _cmd_recall(settings: Settings, args: argparse.Namespace) -> int:
+    body = {"tenant_id": args.tenant, "user_id": args.user, "query": args.query, "top_k": args.top_k}
+    response = httpx.post(f"{settings.http_base_url}/v1/recall", json=body, timeout=30)
+    if response.status_code != 200:
+        print(f"error {response.status_code}: {response.text}", file=sys.stderr)
+        return 1
+    data = response.json()
+    print(json.dumps(data, indent=2) if args.json else data["prompt"])
+    return 0
+
+
+def _cmd_status(settings: Settings, _: argparse.Namespace) -> int:
+    try:
+        response = httpx.get(f"{settings.http_base_url}/readyz", timeout=10)
+    except httpx.HTTPError as exc:
+        print(f"read service not reachable at {settings.http_base_url}: {exc}")
+        return 1
+    print(json.dumps(response.json(), indent=2))
+    return 0 if response.status_code == 200 else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memstream", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="start the embedded stack (broker, Postgres, worker, read service)").set_defaults(func=_cmd_up)
+    worker = sub.add_parser("worker", help="run every agent against configured Kafka, Postgres, Qdrant")
+    worker.add_argument("--with-api", action="store_true", help="also serve the read service in this process")
+    worker.set_defaults(func=_cmd_worker)
+    sub.add_parser("serve", help="run the read service alone").set_defaults(func=_cmd_serve)
+    topics = sub.add_parser("topics", help="topic administration")
+    topics_sub = topics.add_subparsers(dest="topics_command", required=True)
+    topics_sub.add_parser("create", help="create topics from topics.yaml (idempotent)").set_defaults(func=_cmd_topics)
+    sub.add_parser("migrate", help="apply Postgres migrations").set_defaults(func=_cmd_migrate)
+    produce = sub.add_parser("produce", help="produce JSON lines of turns to chat.turns")
+    produce.add_argument("file", help="path, or - for stdin")
+    produce.set_defaults(func=_cmd_produce)
+    recall = sub.add_parser("recall", help="ask the read service")
+    recall.add_argument("--tenant", required=True)
+    recall.add_argument("--user", required=True)
+    recall.add_argument("--top-k", type=int, default=10)
+    recall.add_argument("--json", action="store_true")
+    recall.add_argument("query")
+    recall.set_defaults(func=_cmd_recall)
+    sub.add_parser("status", help="readiness of Kafka, Postgres and Qdrant").set_defaults(func=_cmd_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    code: int = args.func(settings, args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

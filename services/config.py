@@ -1,0 +1,74 @@
+"""The one settings object of a process, built in `main()` and passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every address, path, limit and model; env prefix `MEMSTREAM_`."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMSTREAM_", frozen=True, extra="ignore")
+
+    # Where the embedded stack keeps its state.
+    data_dir: Path = Path(".memstream")
+    topics_file: Path = Path("topics.yaml")
+
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    app_id: str = "memstream"
+    # Consumer offsets are committed this often (seconds).
+    commit_interval: float = 1.0
+
+    pg_dsn: str = "postgresql://memstream@127.0.0.1:5433/memstream"
+    pg_pool_size: int = 4
+
+    # None means the embedded Qdrant Edge shard under data_dir/qdrant.
+    qdrant_url: str | None = None
+    qdrant_collection: str = "memories"
+
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+    worker_metrics_port: int = 9464
+
+    window_max_tokens: int = 12_000
+    window_max_turns: int = 20
+    window_keep_last: int = 3
+
+    max_content_bytes: int = 64 * 1024
+    # When set, events of any other tenant go to the DLQ as unknown_tenant.
+    tenants: frozenset[str] | None = None
+
+    embed_model_dir: Path | None = None
+    embed_batch_size: int = 64
+    embed_batch_within: float = 0.05
+    embed_cache_size: int = 50_000
+    embed_threads: int = 2
+
+    consolidate_batch_size: int = 256
+    consolidate_batch_within: float = 0.05
+
+    summary_max_sentences: int = 3
+
+    recall_top_k: int = 10
+    recall_token_budget: int = 2_000
+    recall_candidates: int = 50
+
+    gauge_refresh_seconds: float = 15.0
+    log_level: str = "info"
+
+    @property
+    def qdrant_path(self) -> Path:
+        return self.data_dir / "qdrant"
+
+    @property
+    def pg_data(self) -> Path:
+        return self.data_dir / "pg"
+
+    @property
+    def http_base_url(self) -> str:
+        return f"http://{self.http_host}:{self.http_port}"
+
+    def with_overrides(self, **changes: object) -> Settings:
+        return type(self).model_validate({**self.model_dump(), **changes})

@@ -1,0 +1,49 @@
+"""Every Prometheus metric memstream exports, in one place.
+
+Labels are low-cardinality by rule: stage, topic, reason, operation, kind —
+never a tenant or user id.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_FRESHNESS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+EVENTS_IN = Counter("memstream_stage_events_in_total", "Events a stage consumed", ["stage"])
+EVENTS_OUT = Counter("memstream_stage_events_out_total", "Events a stage produced", ["stage", "topic"])
+STAGE_ERRORS = Counter("memstream_stage_errors_total", "Events a stage could not process", ["stage"])
+STAGE_LATENCY = Histogram(
+    "memstream_stage_processing_seconds", "Time a stage spent on one event or batch", ["stage"], buckets=_LATENCY_BUCKETS
+)
+BATCH_SIZE = Histogram("memstream_stage_batch_size", "Events per batch", ["stage"], buckets=_BATCH_BUCKETS)
+CONSUMER_LAG = Gauge("memstream_consumer_lag_messages", "Messages behind the log end", ["topic", "partition"])
+
+FRESHNESS = Histogram(
+    "memstream_freshness_seconds",
+    "From a turn's timestamp to its memory being committed (postgres) or searchable (qdrant)",
+    ["store"],
+    buckets=_FRESHNESS_BUCKETS,
+)
+DECISIONS = Counter("memstream_consolidation_decisions_total", "Consolidator outcomes", ["kind"])
+DLQ = Counter("memstream_dlq_messages_total", "Messages sent to memory.dlq", ["stage", "reason"])
+
+STORE_LATENCY = Histogram(
+    "memstream_store_operation_seconds", "Store call latency", ["store", "operation"], buckets=_LATENCY_BUCKETS
+)
+STORE_ERRORS = Counter("memstream_store_errors_total", "Store calls that failed", ["store", "operation"])
+
+EMBED_TEXTS = Counter("memstream_embedder_texts_total", "Texts embedded by the model (cache misses)")
+EMBED_CACHE = Counter("memstream_embedder_cache_lookups_total", "Embedding cache lookups", ["result"])
+EMBED_SECONDS = Counter("memstream_embedder_busy_seconds_total", "Seconds the model spent embedding")
+
+RECALL_LATENCY = Histogram("memstream_recall_seconds", "Recall request latency", buckets=_LATENCY_BUCKETS)
+RECALL_RESULTS = Histogram("memstream_recall_results", "Memories returned per recall", buckets=(0, 1, 2, 5, 10, 20, 50))
+RECALL_TOKENS = Histogram(
+    "memstream_recall_tokens_used", "Tokens of the packed memory block", buckets=(0, 50, 100, 250, 500, 1000, 2000, 4000)
+)
+HTTP_REQUESTS = Counter("memstream_http_requests_total", "HTTP requests by route and status", ["route", "status"])
+
+MEMORIES = Gauge("memstream_memories", "Memories stored, by type and status", ["type", "status"])

@@ -1,0 +1,95 @@
+"""Qdrant server through qdrant-client, for production (docker-compose).
+
+Tests run it against qdrant-client's in-memory mode, which speaks the same
+client API (it is a brute-force engine, so never a serving option).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from qdrant_client import AsyncQdrantClient, models
+
+from services import metrics
+from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse
+
+
+def _scope_filter(scope: Scope) -> models.Filter:
+    must: list[models.Condition] = [
+        models.FieldCondition(key="tenant_id", match=models.MatchValue(value=scope.tenant_id)),
+        models.FieldCondition(key="user_id", match=models.MatchValue(value=scope.user_id)),
+        models.FieldCondition(key="status", match=models.MatchValue(value="active")),
+    ]
+    if scope.types:
+        must.append(models.FieldCondition(key="type", match=models.MatchAny(any=list(scope.types))))
+    return models.Filter(must=must)
+
+
+class ServerIndex:
+    def __init__(self, url: str, collection: str) -> None:
+        self._client = AsyncQdrantClient(location=":memory:") if url == ":memory:" else AsyncQdrantClient(url=url)
+        self._collection = collection
+
+    async def ensure(self, dimension: int) -> None:
+        if await self._client.collection_exists(self._collection):
+            return
+        await self._client.create_collection(
+            self._collection,
+            vectors_config={DENSE: models.VectorParams(size=dimension, distance=models.Distance.COSINE)},
+            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+        )
+        for name in ("tenant_id", "user_id", "type", "status"):
+            await self._client.create_payload_index(self._collection, name, models.PayloadSchemaType.KEYWORD)
+
+    async def upsert(self, points: Sequence[IndexedMemory]) -> None:
+        if not points:
+            return
+        started = time.perf_counter()
+        await self._client.upsert(
+            self._collection,
+            points=[
+                models.PointStruct(
+                    id=p.id,
+                    vector={DENSE: p.dense, SPARSE: models.SparseVector(indices=p.sparse.indices, values=p.sparse.values)},
+                    payload=p.payload,
+                )
+                for p in points
+            ],
+        )
+        metrics.STORE_LATENCY.labels(store="qdrant", operation="upsert").observe(time.perf_counter() - started)
+
+    async def delete(self, ids: Sequence[str]) -> None:
+        if ids:
+            await self._client.delete(self._collection, points_selector=models.PointIdsList(points=list(ids)))
+
+    async def search(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> list[Hit]:
+        flt = _scope_filter(scope)
+        prefetch = [models.Prefetch(query=dense, using=DENSE, filter=flt, limit=limit)]
+        if sparse.indices:
+            prefetch.append(
+                models.Prefetch(
+                    query=models.SparseVector(indices=sparse.indices, values=sparse.values), using=SPARSE, filter=flt, limit=limit
+                )
+            )
+        started = time.perf_counter()
+        result = await self._client.query_points(
+            self._collection,
+            prefetch=prefetch,
+            query=models.FusionQuery(fusion=models.Fusion.RRF),
+            query_filter=flt,
+            limit=limit,
+            with_payload=True,
+        )
+        metrics.STORE_LATENCY.labels(store="qdrant", operation="search").observe(time.perf_counter() - started)
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
+
+    async def count(self) -> int:
+        return (await self._client.count(self._collection, exact=True)).count
+
+    async def ping(self) -> bool:
+        await self._client.get_collections()
+        return True
+
+    async def close(self) -> None:
+        await self._client.close()

@@ -1,0 +1,76 @@
+"""The recall index: one interface, two engines (Qdrant Edge in-process, Qdrant server).
+
+Points carry a dense vector ("dense") and a BM25 sparse vector ("bm25"), so
+recall can fuse meaning and exact words. The BM25 weights are computed here
+with the Qdrant engine's own tokenizer, identically for both engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+DENSE = "dense"
+SPARSE = "bm25"
+
+
+@dataclass(frozen=True)
+class Sparse:
+    indices: list[int]
+    values: list[float]
+
+
+@dataclass(frozen=True)
+class IndexedMemory:
+    id: str
+    dense: list[float]
+    sparse: Sparse
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Who is asking: every search is filtered by both, no exceptions."""
+
+    tenant_id: str
+    user_id: str
+    types: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.tenant_id or not self.user_id:
+            raise ValueError("a search needs both tenant_id and user_id")
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+    payload: dict[str, Any]
+
+
+class VectorIndex(Protocol):
+    async def ensure(self, dimension: int) -> None: ...
+    async def upsert(self, points: Sequence[IndexedMemory]) -> None: ...
+    async def delete(self, ids: Sequence[str]) -> None: ...
+    async def search(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> list[Hit]: ...
+    async def count(self) -> int: ...
+    async def ping(self) -> bool: ...
+    async def close(self) -> None: ...
+
+
+class Bm25Encoder:
+    """Sparse BM25 term weights from the Qdrant engine's tokenizer and stemmer."""
+
+    def __init__(self) -> None:
+        import qdrant_edge
+
+        self._model = qdrant_edge.Bm25(qdrant_edge.Bm25Config(language="english", avg_len=40.0))
+
+    def document(self, text: str) -> Sparse:
+        vec = self._model.embed_document(text)
+        return Sparse(list(vec.indices), list(vec.values))
+
+    def query(self, text: str) -> Sparse:
+        vec = self._model.embed_query(text)
+        return Sparse(list(vec.indices), list(vec.values))
