@@ -24,6 +24,10 @@ def build_app(settings: Settings, runtime: Runtime) -> tuple[faust.App, Topics]:
         topic_allow_declare=False,
         topic_disable_leader=True,
         broker_commit_interval=settings.commit_interval,
+        # Short group timeouts: a killed worker's partitions move on in seconds.
+        broker_session_timeout=settings.group_session_timeout,
+        broker_heartbeat_interval=1.0,
+        broker_rebalance_timeout=settings.group_session_timeout,
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,

@@ -20,6 +20,7 @@ class Settings(BaseSettings):
     app_id: str = "memstream"
     # Consumer offsets are committed this often (seconds).
     commit_interval: float = 1.0
+    group_session_timeout: float = 10.0
 
     pg_dsn: str = "postgresql://memstream@127.0.0.1:5433/memstream"
     pg_pool_size: int = 4

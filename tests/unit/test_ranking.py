@@ -1,0 +1,53 @@
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.api.ranking import Candidate, Weights, pack, prompt_block, rank, recency
+from services.textutil import count_tokens
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def cand(cid: str, text: str = "some memory text", sim: float = 0.5, days: float = 0, pinned: bool = False) -> Candidate:
+    return Candidate(
+        id=cid, type="exchange", text=text, similarity=sim, importance=0.5, access_count=0,
+        observed_at=NOW - timedelta(days=days), entities=[], source={}, pinned=pinned,
+    )
+
+
+def test_recency_halves_every_180_days() -> None:
+    assert recency(NOW, NOW) == 1.0
+    assert abs(recency(NOW - timedelta(days=180), NOW) - 0.5) < 1e-9
+
+
+def test_similar_and_recent_rank_first_and_pinned_stay_ahead() -> None:
+    ranked = rank([cand("old", sim=0.9, days=720), cand("best", sim=0.9), cand("weak", sim=0.1), cand("p", sim=0, pinned=True)],
+                  "q", NOW, Weights())
+    assert [c.id for c in ranked] == ["p", "best", "old", "weak"]
+    assert ranked[1].signals["similarity"] == 0.9
+
+
+def test_packing_respects_budget_and_skips_what_does_not_fit() -> None:
+    big = cand("big", text="word " * 100)
+    small = cand("small", text="tiny")
+    chosen, used = pack([big, small], top_k=10, token_budget=20)
+    assert [c.id for c in chosen] == ["small"]
+    assert used == count_tokens("tiny") + 3
+
+
+def test_prompt_block_format() -> None:
+    assert prompt_block([cand("a", text="User likes tea")]) == "<memory>\n[EXCHANGE] User likes tea\n</memory>"
+
+
+@given(
+    texts=st.lists(st.text(alphabet="ab .", min_size=1, max_size=80), min_size=0, max_size=30),
+    top_k=st.integers(min_value=1, max_value=20),
+    budget=st.integers(min_value=1, max_value=300),
+)
+def test_pack_never_exceeds_budget_or_top_k(texts: list[str], top_k: int, budget: int) -> None:
+    chosen, used = pack([cand(str(i), text=t) for i, t in enumerate(texts)], top_k, budget)
+    assert len(chosen) <= top_k
+    assert used <= budget
+    assert used == sum(count_tokens(c.text) + 3 for c in chosen)
+    assert len({c.id for c in chosen}) == len(chosen)

@@ -1,0 +1,101 @@
+import time
+
+import pytest
+
+from agents.rules.candidates import candidates_for_turn
+from agents.rules.extract import extract, extract_facts, extract_preferences
+from schemas import MemoryType, Role, TurnEvent
+
+
+def facts(text: str) -> dict[str, str | None]:
+    return {f"{f.category}/{f.key_name}": f.value for f in extract_facts(text)}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Hi, my name is Ana Lopez.", {"identity/name": "Ana Lopez"}),
+        ("I live in Pune", {"location/city": "Pune"}),
+        ("I moved from Pune to Berlin last month.", {"location/city": "Berlin"}),
+        ("I work as a data engineer at night", {"work/occupation": "data engineer at night"}),
+        ("My job is nurse.", {"work/occupation": "nurse"}),
+        ("my timezone is Europe/Berlin", {"locale/timezone": "Europe/Berlin"}),
+        ("I speak Spanish and English", {"locale/language": "Spanish and English"}),
+        ("I have a dog named Rex", {"family/pet_dog": "Rex"}),
+        ("My wife's name is Maria", {"family/spouse": "Maria"}),
+        ("I have two kids", {"family/children": "two"}),
+    ],
+)
+def test_profile_facts(text: str, expected: dict[str, str]) -> None:
+    assert facts(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["What is the weather in Paris?", "The city of Pune is nice", "i live in a small flat", "We talked about dogs."],
+)
+def test_no_fact_where_none_is_stated(text: str) -> None:
+    assert facts(text) == {}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I prefer dark roast coffee.",
+        "I really like hiking on weekends.",
+        "I love jazz",
+        "I hate cilantro",
+        "I don't want emails before 9am.",
+        "I always fly window seat.",
+        "I never eat pork.",
+        "My favorite band is Muse.",
+    ],
+)
+def test_preference_hits(text: str) -> None:
+    found = extract_preferences(text)
+    assert len(found) == 1
+    assert found[0].type is MemoryType.PREFERENCE
+    assert text.rstrip(".") in found[0].text
+
+
+@pytest.mark.parametrize("text", ["Do you like jazz?", "The weather is nice today.", "She prefers tea."])
+def test_preference_misses(text: str) -> None:
+    assert extract_preferences(text) == []
+
+
+def test_negative_preference_is_marked() -> None:
+    (found,) = extract_preferences("I can't stand loud music.")
+    assert found.category == "dislike"
+
+
+def test_well_under_10ms_per_turn() -> None:
+    text = "Yesterday I went to the store, and I really like the new bakery there. My name is Sam. " * 3
+    started = time.perf_counter()
+    for _ in range(200):
+        extract(text)
+    assert (time.perf_counter() - started) / 200 < 0.010
+
+
+def _turn(role: Role, content: str, event_id: str = "e1") -> TurnEvent:
+    return TurnEvent.model_validate(
+        {"event_id": event_id, "tenant_id": "t", "user_id": "u", "session_id": "s", "turn_index": 0,
+         "role": role, "content": content, "ts": "2026-01-01T00:00:00Z", "metadata": {"k": 1}}
+    )
+
+
+def test_user_turn_yields_rule_hits_plus_exchange_with_provenance() -> None:
+    out = candidates_for_turn(_turn(Role.USER, "I live in Pune. I love tea."))
+    assert [c.type for c in out] == [MemoryType.FACT, MemoryType.PREFERENCE, MemoryType.EXCHANGE]
+    assert all(c.source.event_ids == ["e1"] and c.source.metadata == [{"k": 1}] for c in out)
+
+
+def test_candidate_ids_are_deterministic_and_facts_dedupe_across_turns() -> None:
+    a = candidates_for_turn(_turn(Role.USER, "I live in Pune", "e1"))
+    b = candidates_for_turn(_turn(Role.USER, "I live in Pune", "e2"))
+    assert a[0].candidate_id == b[0].candidate_id  # same fact, same id
+    assert a[-1].candidate_id != b[-1].candidate_id  # distinct exchanges
+    assert candidates_for_turn(_turn(Role.USER, "I live in Pune", "e1")) == a
+
+
+def test_assistant_turns_produce_nothing() -> None:
+    assert candidates_for_turn(_turn(Role.ASSISTANT, "I love helping")) == []

@@ -1,0 +1,46 @@
+from datetime import UTC, datetime, timedelta
+
+from agents.summarizer.candidates import episode_candidate
+from agents.summarizer.extractive import summarize
+from schemas import EvictedChunk, Role, TurnEvent
+
+T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+
+def turns(*texts: str) -> list[TurnEvent]:
+    return [
+        TurnEvent(event_id=f"e{i}", tenant_id="t", user_id="u", session_id="s", turn_index=i,
+                  role=Role.USER if i % 2 == 0 else Role.ASSISTANT, content=text, ts=T0 + timedelta(minutes=i),
+                  metadata={"dia_id": f"D1:{i}"})
+        for i, text in enumerate(texts)
+    ]
+
+
+def test_summary_keeps_the_salient_sentences_in_order() -> None:
+    chunk = turns(
+        "I'm planning a trip to Japan in April. The trip is for cherry blossoms.",
+        "Japan in April is lovely for cherry blossoms.",
+        "ok",
+        "Do you want hotel suggestions for the Japan trip?",
+    )
+    episode = summarize(chunk, max_sentences=2)
+    assert episode is not None
+    assert "japan" in episode.topics
+    assert episode.text.startswith("Conversation on 2026-03-01 about")
+    assert "user: I'm planning a trip to Japan in April." in episode.text
+    assert episode.started_at == T0 and episode.ended_at == T0 + timedelta(minutes=3)
+    assert "Japan" in episode.entities
+
+
+def test_nothing_to_summarize() -> None:
+    assert summarize(turns("ok", "hi"), 3) is None
+
+
+def test_episode_candidate_carries_every_source_turn() -> None:
+    chunk = EvictedChunk(tenant_id="t", user_id="u", session_id="s", reason="trimmed",
+                         turns=turns("We adopted a puppy named Biscuit.", "Congratulations on Biscuit!"), cause=["e9"])
+    candidate = episode_candidate(chunk, 3)
+    assert candidate is not None
+    assert candidate.source.event_ids == ["e0", "e1"]
+    assert candidate.source.metadata == [{"dia_id": "D1:0"}, {"dia_id": "D1:1"}]
+    assert episode_candidate(chunk, 3) == candidate

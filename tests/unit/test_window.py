@@ -1,0 +1,77 @@
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agents.window.logic import WindowLimits, append_turn, trim, window_tokens
+from schemas import Role, TurnEvent
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def turn(i: int, words: int = 5) -> TurnEvent:
+    return TurnEvent(
+        event_id=f"e{i}", tenant_id="t", user_id="u", session_id="s", turn_index=i,
+        role=Role.USER if i % 2 == 0 else Role.ASSISTANT, content=" ".join(["word"] * words), ts=T0 + timedelta(seconds=i),
+    )
+
+
+def test_under_limits_nothing_is_evicted() -> None:
+    update = trim([turn(i) for i in range(5)], WindowLimits(max_tokens=1000, max_turns=20, keep_last=3))
+    assert [t.event_id for t in update.window] == ["e0", "e1", "e2", "e3", "e4"]
+    assert update.evicted == []
+
+
+def test_turn_cap_evicts_oldest_but_keeps_first() -> None:
+    update = trim([turn(i) for i in range(25)], WindowLimits(max_tokens=10_000, max_turns=20, keep_last=3))
+    assert len(update.window) == 20
+    assert update.window[0].event_id == "e0"
+    assert [t.event_id for t in update.evicted] == ["e1", "e2", "e3", "e4", "e5"]
+
+
+def test_token_budget_evicts_until_it_fits() -> None:
+    update = trim([turn(i, words=10) for i in range(10)], WindowLimits(max_tokens=45, max_turns=20, keep_last=3))
+    assert window_tokens(update.window) <= 45
+    assert [t.event_id for t in update.window] == ["e0", "e7", "e8", "e9"]
+
+
+def test_first_and_last_three_survive_even_over_budget() -> None:
+    update = trim([turn(i, words=100) for i in range(6)], WindowLimits(max_tokens=10, max_turns=2, keep_last=3))
+    assert [t.event_id for t in update.window] == ["e0", "e3", "e4", "e5"]
+    assert [t.event_id for t in update.evicted] == ["e1", "e2"]
+
+
+def test_redelivered_turn_changes_nothing() -> None:
+    limits = WindowLimits(max_tokens=1000, max_turns=20, keep_last=3)
+    window = [turn(0), turn(1)]
+    update = append_turn(window, turn(1), limits)
+    assert update.duplicate
+    assert update.window == window
+    assert update.evicted == []
+
+
+def test_out_of_order_turn_is_placed_by_index() -> None:
+    limits = WindowLimits(max_tokens=1000, max_turns=20, keep_last=3)
+    update = append_turn([turn(0), turn(2)], turn(1), limits)
+    assert [t.turn_index for t in update.window] == [0, 1, 2]
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=60), min_size=1, max_size=40),
+    max_tokens=st.integers(min_value=1, max_value=500),
+    max_turns=st.integers(min_value=1, max_value=25),
+    keep_last=st.integers(min_value=0, max_value=5),
+)
+def test_trim_invariants(sizes: list[int], max_tokens: int, max_turns: int, keep_last: int) -> None:
+    turns = [turn(i, words=n) for i, n in enumerate(sizes)]
+    update = trim(turns, WindowLimits(max_tokens, max_turns, keep_last))
+    kept_ids = [t.event_id for t in update.window]
+    # Nothing lost, nothing duplicated, order preserved.
+    assert sorted(kept_ids + [t.event_id for t in update.evicted], key=lambda e: int(e[1:])) == [t.event_id for t in turns]
+    assert kept_ids == sorted(kept_ids, key=lambda e: int(e[1:]))
+    assert update.window[0].event_id == "e0"
+    tail = [t.event_id for t in turns[-keep_last:]] if keep_last else []
+    assert all(e in kept_ids for e in tail)
+    # Either within limits, or nothing evictable is left.
+    within = len(update.window) <= max_turns and window_tokens(update.window) <= max_tokens
+    assert within or len(update.window) <= 1 + keep_last
