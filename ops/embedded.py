@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -66,6 +66,13 @@ def _tcp_open(host: str, port: int) -> bool:
         return True
 
 
+def _port_busy(host: str, port: int) -> bool:
+    try:
+        return _tcp_open(host, port)
+    except OSError:
+        return False
+
+
 class Child:
     def __init__(self, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None, user: str | None = None) -> None:
         self.name = name
@@ -79,7 +86,7 @@ class Child:
     def start(self) -> None:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the child
         self.proc = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, user=self.user,
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, **_as_user(self.user),
             preexec_fn=_die_with_parent, start_new_session=True,
         )
         log.info("started %s (pid %s), log %s", self.name, self.proc.pid, self.log_path)
@@ -129,6 +136,14 @@ def _system_user() -> str | None:
     return PG_SYSTEM_USER
 
 
+def _as_user(user: str | None) -> dict[str, Any]:
+    """uid, gid and no supplementary groups: root's group would shadow "other" permissions."""
+    if user is None:
+        return {}
+    entry = pwd.getpwnam(user)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
 def _open_path_for(user: str, path: Path) -> None:
     for parent in [path, *path.parents]:
         mode = parent.stat().st_mode
@@ -145,11 +160,14 @@ def postgres_child(settings: Settings, log_dir: Path) -> Child:
         data.mkdir(parents=True, exist_ok=True)
         if user:
             _open_path_for(user, data)
-        subprocess.run(
+        done = subprocess.run(
             [_pg_bin("initdb"), "-D", str(data), "-U", str(info.get("user", "memstream")), "--auth=trust", "--encoding=UTF8",
              "--no-instructions"],
-            check=True, user=user, capture_output=True,
+            **_as_user(user), capture_output=True, text=True, check=False,
         )
+        if done.returncode != 0:
+            shutil.rmtree(data, ignore_errors=True)
+            raise StackError(f"initdb failed: {done.stderr.strip()[-2000:]}")
     argv = [_pg_bin("postgres"), "-D", str(data), "-p", str(info.get("port", 5432)), "-h", str(info.get("host", "127.0.0.1")),
             "-k", "", "-c", "fsync=on", "-c", "max_connections=100"]
     return Child("postgres", argv, log_dir, user=user)
@@ -183,6 +201,12 @@ class EmbeddedStack:
     def start_infrastructure(self) -> None:
         for folder in (self.log_dir, self.run_dir):
             folder.mkdir(parents=True, exist_ok=True)
+        for name, (host, port) in (
+            ("Kafka", _host_port(self.settings.kafka_bootstrap)),
+            ("HTTP", (self.settings.http_host, self.settings.http_port)),
+        ):
+            if _port_busy(host, port):
+                raise StackError(f"{name} port {host}:{port} is already in use (another memstream up?)")
         broker = broker_child(self.settings, self.log_dir)
         broker.start()
         self.children.append(broker)

@@ -231,6 +231,17 @@ class PostgresStore:
             )
             return [record_from_row(r) for r in await cur.fetchall()]
 
+    async def active_ids(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> set[str]:
+        """Which of these ids Postgres still holds as active (the index may lag behind)."""
+        if not ids:
+            return set()
+        async with self.connection("active_ids") as conn:
+            cur = await conn.execute(
+                "SELECT id FROM memories WHERE tenant_id = %s AND user_id = %s AND id = ANY(%s) AND status = 'active'",
+                (tenant_id, user_id, list(ids)),
+            )
+            return {r["id"] for r in await cur.fetchall()}
+
     async def list_memories(
         self, tenant_id: str, user_id: str, *, type_: MemoryType | None, status: MemoryStatus | None, limit: int, offset: int
     ) -> list[MemoryRecord]:

@@ -1,0 +1,169 @@
+"""Through real processes: tansu, Postgres, the worker, Qdrant Edge, HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from tests.stack import Stack, produce, session_end, turn, wait_for
+
+pytestmark = pytest.mark.e2e
+TENANT = "acme"
+
+
+def new_user() -> str:
+    return f"user-{uuid.uuid4().hex[:8]}"
+
+
+def texts(result: dict[str, Any], type_: str | None = None) -> list[str]:
+    return [m["text"] for m in result["memories"] if type_ is None or m["type"] == type_]
+
+
+async def test_a_stated_preference_is_recalled(stack: Stack) -> None:
+    user = new_user()
+    await produce(stack.bootstrap, [turn(TENANT, user, "s1", 0, "I prefer window seats when I fly.", channel="web")])
+
+    def recalled() -> dict[str, Any] | None:
+        result = stack.recall(TENANT, user, "what seat does the user like on planes?")
+        return result if any("window seats" in t for t in texts(result, "preference")) else None
+
+    result = wait_for(recalled, 60, "preference recalled")
+    pref = next(m for m in result["memories"] if m["type"] == "preference")
+    assert pref["source"]["session_id"] == "s1"
+    assert pref["source"]["metadata"] == [{"channel": "web"}]
+    assert "[PREFERENCE] User preference: I prefer window seats when I fly." in result["prompt"]
+    assert result["prompt"].startswith("<memory>") and result["prompt"].endswith("</memory>")
+
+
+async def test_a_move_supersedes_the_old_location_and_keeps_history(stack: Stack) -> None:
+    user = new_user()
+    await produce(stack.bootstrap, [turn(TENANT, user, "s1", 0, "I live in Pune.")])
+    wait_for(lambda: any("Pune" in t for t in texts(stack.recall(TENANT, user, "where do I live"), "fact")), 60, "Pune")
+    await produce(stack.bootstrap, [turn(TENANT, user, "s2", 0, "I moved from Pune to Berlin.")])
+
+    def moved() -> dict[str, Any] | None:
+        result = stack.recall(TENANT, user, "where does the user live?")
+        return result if "User lives in Berlin" in texts(result, "fact") else None
+
+    result = wait_for(moved, 60, "Berlin fact")
+    facts = texts(result, "fact")
+    assert "User lives in Pune" not in facts
+    assert not any("Pune" in t for t in texts(result, "fact") + texts(result, "preference"))
+    berlin = next(m for m in result["memories"] if m["text"] == "User lives in Berlin")
+    history = stack.get(f"/v1/users/{user}/memories/{berlin['id']}/history", tenant_id=TENANT).json()["chain"]
+    assert [(h["value"], h["status"]) for h in history] == [("Pune", "superseded"), ("Berlin", "active")]
+    assert history[0]["superseded_by"] == berlin["id"]
+    assert history[0]["superseded_at"] is not None
+    # The history of another user's memory is not reachable with this id.
+    other = stack.get(f"/v1/users/{new_user()}/memories/{berlin['id']}/history", tenant_id=TENANT)
+    assert other.status_code == 404
+
+
+async def test_another_users_memories_never_appear(stack: Stack) -> None:
+    alice, bob = new_user(), new_user()
+    await produce(stack.bootstrap, [
+        turn(TENANT, alice, "sa", 0, "My favorite color is ultramarine blue."),
+        turn(TENANT, bob, "sb", 0, "I love the color orange."),
+        turn("other-tenant", alice, "sc", 0, "I love ultramarine paint for my art."),
+    ])
+    wait_for(lambda: texts(stack.recall(TENANT, bob, "favorite color")), 60, "bob's memories")
+    wait_for(lambda: texts(stack.recall("other-tenant", alice, "favorite color")), 60, "other tenant's memories")
+    result = wait_for(lambda: (r := stack.recall(TENANT, alice, "ultramarine color")) and texts(r) and r, 60, "alice")
+    for memory in result["memories"]:
+        assert "orange" not in memory["text"]
+        assert "paint" not in memory["text"]
+    assert all(m["source"]["session_id"] == "sa" for m in result["memories"])
+    listed = stack.memories(TENANT, bob)
+    assert listed and all(m["user_id"] == bob and m["tenant_id"] == TENANT for m in listed)
+
+
+def test_requests_without_tenant_or_user_are_rejected(stack: Stack) -> None:
+    for body in ({"user_id": "u", "query": "q"}, {"tenant_id": "t", "query": "q"}, {"tenant_id": "", "user_id": "u", "query": "q"}):
+        response = stack.post("/v1/recall", body)
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"][-1] in {"tenant_id", "user_id"}
+    assert stack.get("/v1/users/u/memories").status_code == 422
+    assert stack.get("/v1/sessions/s/working", tenant_id="t").status_code == 422
+
+
+async def _dlq_messages(stack: Stack, wanted: int) -> list[Any]:
+    consumer = AIOKafkaConsumer(
+        "memory.dlq", bootstrap_servers=stack.bootstrap, group_id=f"test-{uuid.uuid4().hex}", auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        found: list[Any] = []
+        for _ in range(30):
+            batch = await consumer.getmany(timeout_ms=1000)
+            found.extend(m for msgs in batch.values() for m in msgs)
+            if len(found) >= wanted:
+                break
+        return found
+    finally:
+        await consumer.stop()
+
+
+async def test_bad_input_lands_in_the_dlq_with_a_reason_and_the_stage_carries_on(stack: Stack) -> None:
+    user = new_user()
+    marker = uuid.uuid4().hex
+    bad_json = b'{"event_id": "' + marker.encode() + b'", broken'
+    bad_schema = orjson.dumps({**turn(TENANT, user, "s", 0, "x"), "role": "robot", "event_id": f"{marker}-schema"})
+    too_big = orjson.dumps(turn(TENANT, user, "s", 1, "y" * 70_000) | {"event_id": f"{marker}-big"})
+    good = turn(TENANT, user, "s", 2, "I really like sourdough bread.")
+    await produce(stack.bootstrap, [bad_json, bad_schema, too_big, good])
+    wait_for(lambda: texts(stack.recall(TENANT, user, "bread"), "preference"), 60, "good turn after bad ones")
+    messages = await _dlq_messages(stack, 3)
+    reasons = {bytes(m.value): dict(m.headers)["x-memstream-reason"].decode() for m in messages if marker.encode() in m.value}
+    assert reasons[bad_json] == "invalid_json"
+    assert reasons[bad_schema] == "schema_violation"
+    assert reasons[too_big] == "oversized"
+    metrics = stack.get("/metrics").text
+    assert 'memstream_dlq_messages_total{reason="oversized",stage="window"}' in metrics
+
+
+async def test_working_window_and_session_end_summary(stack: Stack) -> None:
+    user = new_user()
+    events = [turn(TENANT, user, "w1", i, f"Turn {i}: we discussed the Lisbon marathon training plan, week {i}.",
+                   role="user" if i % 2 == 0 else "assistant") for i in range(24)]
+    await produce(stack.bootstrap, [*events, session_end(TENANT, user, "w1")])
+
+    def episodes() -> list[dict[str, Any]] | None:
+        found = stack.memories(TENANT, user, type="episode")
+        return found if len(found) >= 2 else None
+
+    found = wait_for(episodes, 60, "episodes from eviction and session end")
+    covered = sorted(e for m in found for e in m["source"]["event_ids"])
+    assert covered == sorted(e["event_id"] for e in events)  # every turn summarized exactly once
+    window = stack.get("/v1/sessions/w1/working", tenant_id=TENANT, user_id=user).json()
+    assert window["closed"] is True and window["turns"] == []
+
+
+async def test_worker_killed_mid_stream_loses_nothing_and_duplicates_nothing(stack: Stack) -> None:
+    user = new_user()
+    events = [turn(TENANT, user, f"k{i // 10}", i % 10, f"Note number {i}: remember item {uuid.uuid4().hex[:6]}.")
+              for i in range(120)]
+    await produce(stack.bootstrap, events[:60])
+    old_pid = stack.app_pid()
+    wait_for(lambda: len(stack.memories(TENANT, user, type="exchange")) >= 5, 60, "some progress")
+    os.kill(old_pid, signal.SIGKILL)
+    await produce(stack.bootstrap, events[60:])
+    wait_for(lambda: stack.app_pid() != old_pid, 60, "supervisor restarted the app")
+
+    def all_there() -> list[dict[str, Any]] | None:
+        found = stack.memories(TENANT, user, type="exchange")
+        return found if len(found) >= len(events) else None
+
+    found = wait_for(all_there, 180, "every turn's exchange memory", interval=1.0)
+    sources = [e for m in found for e in m["source"]["event_ids"]]
+    assert sorted(sources) == sorted(e["event_id"] for e in events)
+    assert all(m["reinforcement_count"] == 0 and m["version"] == 1 for m in found)
+    # And the recall index agrees: each turn is findable, once.
+    result = stack.recall(TENANT, user, "Note number 7: remember item", top_k=100, token_budget=20_000)
+    ids = [m["id"] for m in result["memories"]]
+    assert len(ids) == len(set(ids))
