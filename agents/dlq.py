@@ -27,4 +27,6 @@ async def send_to_dlq(dlq_topic: Any, event: Any, *, stage: str, reason: str, er
     }
     await dlq_topic.send(key=event.key, value=event.value, headers=headers)
     metrics.DLQ.labels(stage=stage, reason=reason).inc()
-    log.warning("dlq stage=%s reason=%s offset=%s/%s: %s", stage, reason, message.partition, message.offset, error[:200])
+    log.warning(
+        "dlq stage=%s reason=%s offset=%s/%s: %s", stage, reason, message.partition, message.offset, error[:200]
+    )

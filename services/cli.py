@@ -89,7 +89,9 @@ def _cmd_status(settings: Settings, _: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memstream", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="start the embedded stack (broker, Postgres, worker, read service)").set_defaults(func=_cmd_up)
+    sub.add_parser("up", help="start the embedded stack (broker, Postgres, worker, read service)").set_defaults(
+        func=_cmd_up
+    )
     worker = sub.add_parser("worker", help="run every agent against configured Kafka, Postgres, Qdrant")
     worker.add_argument("--with-api", action="store_true", help="also serve the read service in this process")
     worker.set_defaults(func=_cmd_worker)

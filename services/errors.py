@@ -1,11 +1,11 @@
 """memstream's exception tree.
 
-    MemstreamError
-    ├── ConfigError          settings that cannot work together
-    ├── StoreError           Postgres or Qdrant refused or failed
-    ├── StackError           the embedded stack could not start a component
-    └── InvalidEvent         an input that belongs in memory.dlq
-        (reason: invalid_json | schema_violation | oversized | unknown_tenant)
+MemstreamError
+├── ConfigError          settings that cannot work together
+├── StoreError           Postgres or Qdrant refused or failed
+├── StackError           the embedded stack could not start a component
+└── InvalidEvent         an input that belongs in memory.dlq
+    (reason: invalid_json | schema_violation | oversized | unknown_tenant)
 """
 
 from __future__ import annotations

@@ -16,7 +16,10 @@ EVENTS_IN = Counter("memstream_stage_events_in_total", "Events a stage consumed"
 EVENTS_OUT = Counter("memstream_stage_events_out_total", "Events a stage produced", ["stage", "topic"])
 STAGE_ERRORS = Counter("memstream_stage_errors_total", "Events a stage could not process", ["stage"])
 STAGE_LATENCY = Histogram(
-    "memstream_stage_processing_seconds", "Time a stage spent on one event or batch", ["stage"], buckets=_LATENCY_BUCKETS
+    "memstream_stage_processing_seconds",
+    "Time a stage spent on one event or batch",
+    ["stage"],
+    buckets=_LATENCY_BUCKETS,
 )
 BATCH_SIZE = Histogram("memstream_stage_batch_size", "Events per batch", ["stage"], buckets=_BATCH_BUCKETS)
 CONSUMER_LAG = Gauge("memstream_consumer_lag_messages", "Messages behind the log end", ["topic", "partition"])
@@ -42,7 +45,9 @@ EMBED_SECONDS = Counter("memstream_embedder_busy_seconds_total", "Seconds the mo
 RECALL_LATENCY = Histogram("memstream_recall_seconds", "Recall request latency", buckets=_LATENCY_BUCKETS)
 RECALL_RESULTS = Histogram("memstream_recall_results", "Memories returned per recall", buckets=(0, 1, 2, 5, 10, 20, 50))
 RECALL_TOKENS = Histogram(
-    "memstream_recall_tokens_used", "Tokens of the packed memory block", buckets=(0, 50, 100, 250, 500, 1000, 2000, 4000)
+    "memstream_recall_tokens_used",
+    "Tokens of the packed memory block",
+    buckets=(0, 50, 100, 250, 500, 1000, 2000, 4000),
 )
 HTTP_REQUESTS = Counter("memstream_http_requests_total", "HTTP requests by route and status", ["route", "status"])
 

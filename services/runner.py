@@ -47,11 +47,11 @@ def run_worker(settings: Settings, *, with_api: bool) -> None:
     server = _EmbeddedServer(_uvicorn_config(create_app(runtime, Readiness(runtime)), settings)) if with_api else None
     if server is not None:
 
-        @app.task
+        @app.task  # type: ignore[untyped-decorator]
         async def serve_http() -> None:
             await server.serve()
 
-        @app.timer(interval=settings.gauge_refresh_seconds)
+        @app.timer(interval=settings.gauge_refresh_seconds)  # type: ignore[untyped-decorator]
         async def refresh_gauges() -> None:
             await refresh_memory_gauges(runtime)
     else:

@@ -89,7 +89,9 @@ def embedded_stack(data_dir: Path, port_offset: int = 0, extra_env: dict[str, st
     }
     data_dir.mkdir(parents=True, exist_ok=True)
     log = open(data_dir / "up.log", "ab")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "services.cli", "up"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "up"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     stack = Stack(env, data_dir, f"http://127.0.0.1:{http_port}", kafka, proc)
     try:
         wait_for(lambda: _ready(proc, stack.base_url), 240, "stack /readyz", interval=0.5)
@@ -103,19 +105,39 @@ def embedded_stack(data_dir: Path, port_offset: int = 0, extra_env: dict[str, st
         log.close()
 
 
-def turn(tenant: str, user: str, session: str, index: int, content: str, role: str = "user",
-         ts: datetime | None = None, **metadata: Any) -> dict[str, Any]:
+def turn(
+    tenant: str,
+    user: str,
+    session: str,
+    index: int,
+    content: str,
+    role: str = "user",
+    ts: datetime | None = None,
+    **metadata: Any,
+) -> dict[str, Any]:
     when = ts or datetime.now(UTC)
     return {
-        "event_id": f"{session}-{index}-{uuid.uuid4().hex[:8]}", "tenant_id": tenant, "user_id": user,
-        "session_id": session, "turn_index": index, "role": role, "content": content,
-        "ts": when.isoformat(), "metadata": metadata,
+        "event_id": f"{session}-{index}-{uuid.uuid4().hex[:8]}",
+        "tenant_id": tenant,
+        "user_id": user,
+        "session_id": session,
+        "turn_index": index,
+        "role": role,
+        "content": content,
+        "ts": when.isoformat(),
+        "metadata": metadata,
     }
 
 
 def session_end(tenant: str, user: str, session: str) -> dict[str, Any]:
-    return {"type": "session_end", "event_id": f"{session}-end", "tenant_id": tenant, "user_id": user,
-            "session_id": session, "ts": (datetime.now(UTC) + timedelta(seconds=1)).isoformat()}
+    return {
+        "type": "session_end",
+        "event_id": f"{session}-end",
+        "tenant_id": tenant,
+        "user_id": user,
+        "session_id": session,
+        "ts": (datetime.now(UTC) + timedelta(seconds=1)).isoformat(),
+    }
 
 
 async def produce(bootstrap: str, events: list[dict[str, Any]] | list[bytes]) -> None:

@@ -1,4 +1,5 @@
 """consolidator stage."""
+
 from agents.consolidator import agent as agent
 
 __all__ = ["agent"]

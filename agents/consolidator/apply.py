@@ -40,7 +40,9 @@ def reinforced(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> 
     c = item.candidate
     source = Provenance(
         session_id=target.source.session_id,
-        event_ids=[*target.source.event_ids, *(e for e in c.source.event_ids if e not in target.source.event_ids)][-MAX_SOURCES:],
+        event_ids=[*target.source.event_ids, *(e for e in c.source.event_ids if e not in target.source.event_ids)][
+            -MAX_SOURCES:
+        ],
         metadata=[*target.source.metadata, *c.source.metadata][-MAX_SOURCES:],
     )
     return target.model_copy(

@@ -54,7 +54,9 @@ def decide(candidate: MemoryCandidate, found: Neighbours) -> Decision:
     if found.same_content is not None:
         return _touch(candidate, found.same_content)
     # A value stated again after it was superseded is a new version, not a revival.
-    record_id = candidate.candidate_id if same_id is None else stable_id(candidate.candidate_id, *candidate.source.event_ids)
+    record_id = (
+        candidate.candidate_id if same_id is None else stable_id(candidate.candidate_id, *candidate.source.event_ids)
+    )
     old = found.active_fact
     if (
         candidate.type is MemoryType.FACT

@@ -1,4 +1,5 @@
 """embedder stage."""
+
 from agents.embedder import agent as agent
 
 __all__ = ["agent"]

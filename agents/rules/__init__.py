@@ -1,4 +1,5 @@
 """rules stage."""
+
 from agents.rules import agent as agent
 
 __all__ = ["agent"]

@@ -10,7 +10,9 @@ from schemas import MemoryType
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _ENTITY = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
-_STOP_ENTITIES = frozenset({"I", "I'm", "I've", "I'd", "The", "This", "That", "My", "We", "Our", "It", "Hi", "Hey", "Yes", "No", "Oh", "So"})
+_STOP_ENTITIES = frozenset(
+    {"I", "I'm", "I've", "I'd", "The", "This", "That", "My", "We", "Our", "It", "Hi", "Hey", "Yes", "No", "Oh", "So"}
+)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
 """summarizer stage."""
+
 from agents.summarizer import agent as agent
 
 __all__ = ["agent"]

@@ -1,4 +1,5 @@
 """window stage."""
+
 from agents.window import agent as agent
 
 __all__ = ["agent"]

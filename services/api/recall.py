@@ -9,7 +9,7 @@ from typing import Any
 from agents.runtime import Runtime
 from schemas import MemoryRecord, MemoryType
 from services import metrics
-from services.api.models import RecallRequest, RecalledMemory, RecallResponse, Source, WorkingTurn, WorkingWindow
+from services.api.models import RecalledMemory, RecallRequest, RecallResponse, Source, WorkingTurn, WorkingWindow
 from services.api.ranking import Candidate, Weights, lexical_overlap, pack, prompt_block, rank
 from services.stores.vector import Hit, Scope
 
@@ -61,7 +61,9 @@ async def working(rt: Runtime, tenant_id: str, user_id: str, session_id: str) ->
     if row is None:
         return None
     turns = [WorkingTurn.model_validate(t) for t in row["window_turns"]]
-    return WorkingWindow(session_id=session_id, turns=turns, tokens=row["window_tokens"], closed=row["closed_at"] is not None)
+    return WorkingWindow(
+        session_id=session_id, turns=turns, tokens=row["window_tokens"], closed=row["closed_at"] is not None
+    )
 
 
 async def recall(rt: Runtime, req: RecallRequest, weights: Weights) -> RecallResponse:
@@ -100,6 +102,8 @@ def _recalled(c: Candidate) -> RecalledMemory:
         signals={k: round(v, 6) for k, v in c.signals.items()},
         observed_at=c.observed_at,
         source=Source(
-            session_id=src.get("session_id"), event_ids=list(src.get("event_ids", [])), metadata=list(src.get("metadata", []))
+            session_id=src.get("session_id"),
+            event_ids=list(src.get("event_ids", [])),
+            metadata=list(src.get("metadata", [])),
         ),
     )

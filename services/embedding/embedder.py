@@ -39,7 +39,9 @@ class MiniLmEmbedder:
 
     name = "all-MiniLM-L6-v2"
 
-    def __init__(self, model_dir: Path | None = None, threads: int = 2, max_tokens: int = 256, batch_size: int = 64) -> None:
+    def __init__(
+        self, model_dir: Path | None = None, threads: int = 2, max_tokens: int = 256, batch_size: int = 64
+    ) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -63,11 +65,13 @@ class MiniLmEmbedder:
         ids = np.array([e.ids for e in encoded], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
         positions = np.broadcast_to(np.arange(ids.shape[1], dtype=np.int64), ids.shape).copy()
+        hidden: npt.NDArray[np.float32]
         (hidden,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "position_ids": positions})
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        unit: npt.NDArray[np.float32] = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        return unit
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         if not texts:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -54,7 +55,7 @@ class _GraphBuilder:
         array = self.weights[key]
         return self.const(array.T.copy() if transpose else array, key.replace(".", "_"))
 
-    def op(self, op_type: str, *inputs: str, **attrs: object) -> str:
+    def op(self, op_type: str, *inputs: str, **attrs: Any) -> str:
         out = self._name(op_type.lower())
         self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
         return out
@@ -113,7 +114,9 @@ def build_bert_encoder(weights: dict[str, npt.NDArray[np.float32]], shape: BertS
     x = g.layer_norm(x, "embeddings.LayerNorm", shape.eps)
 
     # Padding positions get a large negative bias before softmax.
-    mask = g.op("Cast", g.op("Unsqueeze", "attention_mask", g.const(np.array([1, 2], dtype=np.int64))), to=TensorProto.FLOAT)
+    mask = g.op(
+        "Cast", g.op("Unsqueeze", "attention_mask", g.const(np.array([1, 2], dtype=np.int64))), to=TensorProto.FLOAT
+    )
     inverted = g.op("Sub", g.const(np.float32(1.0)), mask)
     mask_bias = g.op("Mul", inverted, g.const(np.float32(-10000.0)))
 
@@ -149,5 +152,9 @@ def load_bert_encoder(model_dir: Path) -> onnx.ModelProto:
         layers=int(config["num_hidden_layers"]),
         eps=float(config.get("layer_norm_eps", 1e-12)),
     )
-    weights = {k: v.astype(np.float32) for k, v in load_file(str(model_dir / "model.safetensors")).items() if v.dtype != np.int64}
+    weights = {
+        k: v.astype(np.float32)
+        for k, v in load_file(str(model_dir / "model.safetensors")).items()
+        if v.dtype != np.int64
+    }
     return build_bert_encoder(weights, shape)

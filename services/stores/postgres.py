@@ -118,11 +118,22 @@ class PostgresStore:
         await conn.execute(
             """INSERT INTO turns (tenant_id, user_id, event_id, session_id, turn_index, role, content, ts, metadata)
                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING""",
-            (turn.tenant_id, turn.user_id, turn.event_id, turn.session_id, turn.turn_index, turn.role.value,
-             turn.content, turn.ts, Jsonb(turn.metadata)),
+            (
+                turn.tenant_id,
+                turn.user_id,
+                turn.event_id,
+                turn.session_id,
+                turn.turn_index,
+                turn.role.value,
+                turn.content,
+                turn.ts,
+                Jsonb(turn.metadata),
+            ),
         )
 
-    async def load_window(self, conn: Conn, tenant_id: str, user_id: str, session_id: str) -> tuple[list[TurnEvent], bool]:
+    async def load_window(
+        self, conn: Conn, tenant_id: str, user_id: str, session_id: str
+    ) -> tuple[list[TurnEvent], bool]:
         """The stored window and whether the session was closed."""
         cur = await conn.execute(
             "SELECT window_turns, closed_at FROM sessions WHERE tenant_id = %s AND user_id = %s AND session_id = %s FOR UPDATE",
@@ -134,7 +145,13 @@ class PostgresStore:
         return [TurnEvent.model_validate(t) for t in row["window_turns"]], row["closed_at"] is not None
 
     async def save_window(
-        self, conn: Conn, tenant_id: str, user_id: str, session_id: str, window: Sequence[TurnEvent], tokens: int,
+        self,
+        conn: Conn,
+        tenant_id: str,
+        user_id: str,
+        session_id: str,
+        window: Sequence[TurnEvent],
+        tokens: int,
         closed_at: datetime | None = None,
     ) -> None:
         payload = orjson.dumps([t.model_dump(mode="json") for t in window]).decode()
@@ -211,11 +228,30 @@ class PostgresStore:
                   access_count = EXCLUDED.access_count, reinforcement_count = EXCLUDED.reinforcement_count,
                   version = EXCLUDED.version, embedding = COALESCE(EXCLUDED.embedding, memories.embedding)""",
             (
-                record.id, record.tenant_id, record.user_id, record.type.value, record.text, record.content_hash,
-                record.category, record.key_name, record.value, record.importance, record.confidence,
-                record.status.value, record.observed_at, record.created_at, record.updated_at, record.superseded_at,
-                record.superseded_by, Jsonb(record.source.model_dump(mode="json")), record.entities,
-                record.access_count, record.reinforcement_count, record.version, record.source.session_id, embedding,
+                record.id,
+                record.tenant_id,
+                record.user_id,
+                record.type.value,
+                record.text,
+                record.content_hash,
+                record.category,
+                record.key_name,
+                record.value,
+                record.importance,
+                record.confidence,
+                record.status.value,
+                record.observed_at,
+                record.created_at,
+                record.updated_at,
+                record.superseded_at,
+                record.superseded_by,
+                Jsonb(record.source.model_dump(mode="json")),
+                record.entities,
+                record.access_count,
+                record.reinforcement_count,
+                record.version,
+                record.source.session_id,
+                embedding,
             ),
         )
 
@@ -243,7 +279,14 @@ class PostgresStore:
             return {r["id"] for r in await cur.fetchall()}
 
     async def list_memories(
-        self, tenant_id: str, user_id: str, *, type_: MemoryType | None, status: MemoryStatus | None, limit: int, offset: int
+        self,
+        tenant_id: str,
+        user_id: str,
+        *,
+        type_: MemoryType | None,
+        status: MemoryStatus | None,
+        limit: int,
+        offset: int,
     ) -> list[MemoryRecord]:
         async with self.connection("list_memories") as conn:
             cur = await conn.execute(

@@ -75,7 +75,11 @@ class EdgeIndex:
         if sparse.indices:
             sparse_vec = qe.SparseVector(sparse.indices, sparse.values)
             prefetches.append(qe.Prefetch(limit=limit, query=qe.Query.Nearest(sparse_vec, using=SPARSE), filter=flt))
-        request = qe.QueryRequest(limit=limit, prefetches=prefetches, query=qe.Fusion.Rrf(k=60), filter=flt, with_payload=True)
+        request = qe.QueryRequest(
+            limit=limit,
+            prefetches=prefetches,
+            query=qe.Fusion.Rrf(k=60),  # type: ignore[arg-type]  # stub lists Fusion, not its variants filter=flt, with_payload=True
+        )
         started = time.perf_counter()
         points = self.shard.query(request)
         metrics.STORE_LATENCY.labels(store="qdrant", operation="search").observe(time.perf_counter() - started)

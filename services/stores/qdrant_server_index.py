@@ -51,7 +51,10 @@ class ServerIndex:
             points=[
                 models.PointStruct(
                     id=p.id,
-                    vector={DENSE: p.dense, SPARSE: models.SparseVector(indices=p.sparse.indices, values=p.sparse.values)},
+                    vector={
+                        DENSE: p.dense,
+                        SPARSE: models.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
+                    },
                     payload=p.payload,
                 )
                 for p in points
@@ -69,7 +72,10 @@ class ServerIndex:
         if sparse.indices:
             prefetch.append(
                 models.Prefetch(
-                    query=models.SparseVector(indices=sparse.indices, values=sparse.values), using=SPARSE, filter=flt, limit=limit
+                    query=models.SparseVector(indices=sparse.indices, values=sparse.values),
+                    using=SPARSE,
+                    filter=flt,
+                    limit=limit,
                 )
             )
         started = time.perf_counter()

@@ -38,7 +38,8 @@ async def test_a_stated_preference_is_recalled(stack: Stack) -> None:
     assert pref["source"]["session_id"] == "s1"
     assert pref["source"]["metadata"] == [{"channel": "web"}]
     assert "[PREFERENCE] User preference: I prefer window seats when I fly." in result["prompt"]
-    assert result["prompt"].startswith("<memory>") and result["prompt"].endswith("</memory>")
+    assert result["prompt"].startswith("<memory>")
+    assert result["prompt"].endswith("</memory>")
 
 
 async def test_a_move_supersedes_the_old_location_and_keeps_history(stack: Stack) -> None:
@@ -67,11 +68,14 @@ async def test_a_move_supersedes_the_old_location_and_keeps_history(stack: Stack
 
 async def test_another_users_memories_never_appear(stack: Stack) -> None:
     alice, bob = new_user(), new_user()
-    await produce(stack.bootstrap, [
-        turn(TENANT, alice, "sa", 0, "My favorite color is ultramarine blue."),
-        turn(TENANT, bob, "sb", 0, "I love the color orange."),
-        turn("other-tenant", alice, "sc", 0, "I love ultramarine paint for my art."),
-    ])
+    await produce(
+        stack.bootstrap,
+        [
+            turn(TENANT, alice, "sa", 0, "My favorite color is ultramarine blue."),
+            turn(TENANT, bob, "sb", 0, "I love the color orange."),
+            turn("other-tenant", alice, "sc", 0, "I love ultramarine paint for my art."),
+        ],
+    )
     wait_for(lambda: texts(stack.recall(TENANT, bob, "favorite color")), 60, "bob's memories")
     wait_for(lambda: texts(stack.recall("other-tenant", alice, "favorite color")), 60, "other tenant's memories")
     result = wait_for(lambda: (r := stack.recall(TENANT, alice, "ultramarine color")) and texts(r) and r, 60, "alice")
@@ -80,11 +84,16 @@ async def test_another_users_memories_never_appear(stack: Stack) -> None:
         assert "paint" not in memory["text"]
     assert all(m["source"]["session_id"] == "sa" for m in result["memories"])
     listed = stack.memories(TENANT, bob)
-    assert listed and all(m["user_id"] == bob and m["tenant_id"] == TENANT for m in listed)
+    assert listed
+    assert all(m["user_id"] == bob and m["tenant_id"] == TENANT for m in listed)
 
 
 def test_requests_without_tenant_or_user_are_rejected(stack: Stack) -> None:
-    for body in ({"user_id": "u", "query": "q"}, {"tenant_id": "t", "query": "q"}, {"tenant_id": "", "user_id": "u", "query": "q"}):
+    for body in (
+        {"user_id": "u", "query": "q"},
+        {"tenant_id": "t", "query": "q"},
+        {"tenant_id": "", "user_id": "u", "query": "q"},
+    ):
         response = stack.post("/v1/recall", body)
         assert response.status_code == 422
         assert response.json()["detail"][0]["loc"][-1] in {"tenant_id", "user_id"}
@@ -94,7 +103,10 @@ def test_requests_without_tenant_or_user_are_rejected(stack: Stack) -> None:
 
 async def _dlq_messages(stack: Stack, wanted: int) -> list[Any]:
     consumer = AIOKafkaConsumer(
-        "memory.dlq", bootstrap_servers=stack.bootstrap, group_id=f"test-{uuid.uuid4().hex}", auto_offset_reset="earliest"
+        "memory.dlq",
+        bootstrap_servers=stack.bootstrap,
+        group_id=f"test-{uuid.uuid4().hex}",
+        auto_offset_reset="earliest",
     )
     await consumer.start()
     try:
@@ -119,7 +131,9 @@ async def test_bad_input_lands_in_the_dlq_with_a_reason_and_the_stage_carries_on
     await produce(stack.bootstrap, [bad_json, bad_schema, too_big, good])
     wait_for(lambda: texts(stack.recall(TENANT, user, "bread"), "preference"), 60, "good turn after bad ones")
     messages = await _dlq_messages(stack, 3)
-    reasons = {bytes(m.value): dict(m.headers)["x-memstream-reason"].decode() for m in messages if marker.encode() in m.value}
+    reasons = {
+        bytes(m.value): dict(m.headers)["x-memstream-reason"].decode() for m in messages if marker.encode() in m.value
+    }
     assert reasons[bad_json] == "invalid_json"
     assert reasons[bad_schema] == "schema_violation"
     assert reasons[too_big] == "oversized"
@@ -129,8 +143,17 @@ async def test_bad_input_lands_in_the_dlq_with_a_reason_and_the_stage_carries_on
 
 async def test_working_window_and_session_end_summary(stack: Stack) -> None:
     user = new_user()
-    events = [turn(TENANT, user, "w1", i, f"Turn {i}: we discussed the Lisbon marathon training plan, week {i}.",
-                   role="user" if i % 2 == 0 else "assistant") for i in range(24)]
+    events = [
+        turn(
+            TENANT,
+            user,
+            "w1",
+            i,
+            f"Turn {i}: we discussed the Lisbon marathon training plan, week {i}.",
+            role="user" if i % 2 == 0 else "assistant",
+        )
+        for i in range(24)
+    ]
     await produce(stack.bootstrap, [*events, session_end(TENANT, user, "w1")])
 
     def episodes() -> list[dict[str, Any]] | None:
@@ -141,13 +164,16 @@ async def test_working_window_and_session_end_summary(stack: Stack) -> None:
     covered = sorted(e for m in found for e in m["source"]["event_ids"])
     assert covered == sorted(e["event_id"] for e in events)  # every turn summarized exactly once
     window = stack.get("/v1/sessions/w1/working", tenant_id=TENANT, user_id=user).json()
-    assert window["closed"] is True and window["turns"] == []
+    assert window["closed"] is True
+    assert window["turns"] == []
 
 
 async def test_worker_killed_mid_stream_loses_nothing_and_duplicates_nothing(stack: Stack) -> None:
     user = new_user()
-    events = [turn(TENANT, user, f"k{i // 10}", i % 10, f"Note number {i}: remember item {uuid.uuid4().hex[:6]}.")
-              for i in range(120)]
+    events = [
+        turn(TENANT, user, f"k{i // 10}", i % 10, f"Note number {i}: remember item {uuid.uuid4().hex[:6]}.")
+        for i in range(120)
+    ]
     await produce(stack.bootstrap, events[:60])
     old_pid = stack.app_pid()
     wait_for(lambda: len(stack.memories(TENANT, user, type="exchange")) >= 5, 60, "some progress")

@@ -8,17 +8,40 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 def candidate(value: str = "Berlin", events: tuple[str, ...] = ("e2",), cid: str = "new") -> MemoryCandidate:
     return MemoryCandidate(
-        candidate_id=cid, tenant_id="t", user_id="u", type=MemoryType.FACT, text=f"User lives in {value}",
-        category="location", key_name="city", value=value, importance=0.8, confidence=0.9, observed_at=NOW,
-        source=Provenance(session_id="s", event_ids=list(events)), extractor="test",
+        candidate_id=cid,
+        tenant_id="t",
+        user_id="u",
+        type=MemoryType.FACT,
+        text=f"User lives in {value}",
+        category="location",
+        key_name="city",
+        value=value,
+        importance=0.8,
+        confidence=0.9,
+        observed_at=NOW,
+        source=Provenance(session_id="s", event_ids=list(events)),
+        extractor="test",
     )
 
 
 def record(rid: str, value: str, events: tuple[str, ...], status: MemoryStatus = MemoryStatus.ACTIVE) -> MemoryRecord:
     return MemoryRecord(
-        id=rid, tenant_id="t", user_id="u", type=MemoryType.FACT, text=f"User lives in {value}", content_hash="h",
-        category="location", key_name="city", value=value, importance=0.8, confidence=0.9, status=status,
-        observed_at=NOW, created_at=NOW, updated_at=NOW, source=Provenance(session_id="s", event_ids=list(events)),
+        id=rid,
+        tenant_id="t",
+        user_id="u",
+        type=MemoryType.FACT,
+        text=f"User lives in {value}",
+        content_hash="h",
+        category="location",
+        key_name="city",
+        value=value,
+        importance=0.8,
+        confidence=0.9,
+        status=status,
+        observed_at=NOW,
+        created_at=NOW,
+        updated_at=NOW,
+        source=Provenance(session_id="s", event_ids=list(events)),
     )
 
 

@@ -5,8 +5,16 @@ from agents.ingest import parse_chat_event
 from schemas import SessionEvent, TurnEvent
 from services.errors import InvalidEvent
 
-TURN = {"event_id": "e1", "tenant_id": "acme", "user_id": "u1", "session_id": "s1", "turn_index": 0,
-        "role": "user", "content": "hello", "ts": "2026-11-21T10:00:00Z"}
+TURN = {
+    "event_id": "e1",
+    "tenant_id": "acme",
+    "user_id": "u1",
+    "session_id": "s1",
+    "turn_index": 0,
+    "role": "user",
+    "content": "hello",
+    "ts": "2026-11-21T10:00:00Z",
+}
 
 
 def parse(raw: bytes, tenants: frozenset[str] | None = None) -> TurnEvent | SessionEvent:

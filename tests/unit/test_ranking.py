@@ -9,10 +9,20 @@ from services.textutil import count_tokens
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
-def cand(cid: str, text: str = "some memory text", sim: float = 0.5, days: float = 0, pinned: bool = False) -> Candidate:
+def cand(
+    cid: str, text: str = "some memory text", sim: float = 0.5, days: float = 0, pinned: bool = False
+) -> Candidate:
     return Candidate(
-        id=cid, type="exchange", text=text, similarity=sim, importance=0.5, access_count=0,
-        observed_at=NOW - timedelta(days=days), entities=[], source={}, pinned=pinned,
+        id=cid,
+        type="exchange",
+        text=text,
+        similarity=sim,
+        importance=0.5,
+        access_count=0,
+        observed_at=NOW - timedelta(days=days),
+        entities=[],
+        source={},
+        pinned=pinned,
     )
 
 
@@ -22,8 +32,12 @@ def test_recency_halves_every_180_days() -> None:
 
 
 def test_similar_and_recent_rank_first_and_pinned_stay_ahead() -> None:
-    ranked = rank([cand("old", sim=0.9, days=720), cand("best", sim=0.9), cand("weak", sim=0.1), cand("p", sim=0, pinned=True)],
-                  "q", NOW, Weights())
+    ranked = rank(
+        [cand("old", sim=0.9, days=720), cand("best", sim=0.9), cand("weak", sim=0.1), cand("p", sim=0, pinned=True)],
+        "q",
+        NOW,
+        Weights(),
+    )
     assert [c.id for c in ranked] == ["p", "best", "old", "weak"]
     assert ranked[1].signals["similarity"] == 0.9
 

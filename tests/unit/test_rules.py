@@ -78,8 +78,17 @@ def test_well_under_10ms_per_turn() -> None:
 
 def _turn(role: Role, content: str, event_id: str = "e1") -> TurnEvent:
     return TurnEvent.model_validate(
-        {"event_id": event_id, "tenant_id": "t", "user_id": "u", "session_id": "s", "turn_index": 0,
-         "role": role, "content": content, "ts": "2026-01-01T00:00:00Z", "metadata": {"k": 1}}
+        {
+            "event_id": event_id,
+            "tenant_id": "t",
+            "user_id": "u",
+            "session_id": "s",
+            "turn_index": 0,
+            "role": role,
+            "content": content,
+            "ts": "2026-01-01T00:00:00Z",
+            "metadata": {"k": 1},
+        }
     )
 
 

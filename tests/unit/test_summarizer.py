@@ -9,9 +9,17 @@ T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 def turns(*texts: str) -> list[TurnEvent]:
     return [
-        TurnEvent(event_id=f"e{i}", tenant_id="t", user_id="u", session_id="s", turn_index=i,
-                  role=Role.USER if i % 2 == 0 else Role.ASSISTANT, content=text, ts=T0 + timedelta(minutes=i),
-                  metadata={"dia_id": f"D1:{i}"})
+        TurnEvent(
+            event_id=f"e{i}",
+            tenant_id="t",
+            user_id="u",
+            session_id="s",
+            turn_index=i,
+            role=Role.USER if i % 2 == 0 else Role.ASSISTANT,
+            content=text,
+            ts=T0 + timedelta(minutes=i),
+            metadata={"dia_id": f"D1:{i}"},
+        )
         for i, text in enumerate(texts)
     ]
 
@@ -28,7 +36,8 @@ def test_summary_keeps_the_salient_sentences_in_order() -> None:
     assert "japan" in episode.topics
     assert episode.text.startswith("Conversation on 2026-03-01 about")
     assert "user: I'm planning a trip to Japan in April." in episode.text
-    assert episode.started_at == T0 and episode.ended_at == T0 + timedelta(minutes=3)
+    assert episode.started_at == T0
+    assert episode.ended_at == T0 + timedelta(minutes=3)
     assert "Japan" in episode.entities
 
 
@@ -37,8 +46,14 @@ def test_nothing_to_summarize() -> None:
 
 
 def test_episode_candidate_carries_every_source_turn() -> None:
-    chunk = EvictedChunk(tenant_id="t", user_id="u", session_id="s", reason="trimmed",
-                         turns=turns("We adopted a puppy named Biscuit.", "Congratulations on Biscuit!"), cause=["e9"])
+    chunk = EvictedChunk(
+        tenant_id="t",
+        user_id="u",
+        session_id="s",
+        reason="trimmed",
+        turns=turns("We adopted a puppy named Biscuit.", "Congratulations on Biscuit!"),
+        cause=["e9"],
+    )
     candidate = episode_candidate(chunk, 3)
     assert candidate is not None
     assert candidate.source.event_ids == ["e0", "e1"]

@@ -11,8 +11,14 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 def turn(i: int, words: int = 5) -> TurnEvent:
     return TurnEvent(
-        event_id=f"e{i}", tenant_id="t", user_id="u", session_id="s", turn_index=i,
-        role=Role.USER if i % 2 == 0 else Role.ASSISTANT, content=" ".join(["word"] * words), ts=T0 + timedelta(seconds=i),
+        event_id=f"e{i}",
+        tenant_id="t",
+        user_id="u",
+        session_id="s",
+        turn_index=i,
+        role=Role.USER if i % 2 == 0 else Role.ASSISTANT,
+        content=" ".join(["word"] * words),
+        ts=T0 + timedelta(seconds=i),
     )
 
 
@@ -67,7 +73,9 @@ def test_trim_invariants(sizes: list[int], max_tokens: int, max_turns: int, keep
     update = trim(turns, WindowLimits(max_tokens, max_turns, keep_last))
     kept_ids = [t.event_id for t in update.window]
     # Nothing lost, nothing duplicated, order preserved.
-    assert sorted(kept_ids + [t.event_id for t in update.evicted], key=lambda e: int(e[1:])) == [t.event_id for t in turns]
+    assert sorted(kept_ids + [t.event_id for t in update.evicted], key=lambda e: int(e[1:])) == [
+        t.event_id for t in turns
+    ]
     assert kept_ids == sorted(kept_ids, key=lambda e: int(e[1:]))
     assert update.window[0].event_id == "e0"
     tail = [t.event_id for t in turns[-keep_last:]] if keep_last else []
