@@ -1,0 +1,46 @@
+"""The qdrant-client adapter, against qdrant-client's in-memory mode (same client API)."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.stores.qdrant_server_index import ServerIndex
+from services.stores.vector import Bm25Encoder, IndexedMemory, Scope
+
+
+def point(pid: str, user: str, text: str, vec: list[float], status: str = "active") -> IndexedMemory:
+    payload = {"tenant_id": "t", "user_id": user, "type": "exchange", "status": status, "text": text}
+    return IndexedMemory(pid, vec, Bm25Encoder().document(text), payload)
+
+
+@pytest.fixture
+async def index() -> ServerIndex:
+    idx = ServerIndex(":memory:", "memories")
+    await idx.ensure(3)
+    await idx.upsert([
+        point("00000000-0000-0000-0000-000000000001", "alice", "I love green tea", [1, 0, 0]),
+        point("00000000-0000-0000-0000-000000000002", "alice", "my dog is called Rex", [0, 1, 0]),
+        point("00000000-0000-0000-0000-000000000003", "bob", "I love green tea too", [1, 0, 0]),
+        point("00000000-0000-0000-0000-000000000004", "alice", "old superseded tea fact", [1, 0, 0], status="superseded"),
+    ])
+    return idx
+
+
+async def test_search_is_scoped_to_tenant_user_and_active(index: ServerIndex) -> None:
+    hits = await index.search(Scope("t", "alice"), [1.0, 0.0, 0.0], Bm25Encoder().query("green tea"), 10)
+    assert [h.payload["text"] for h in hits][0] == "I love green tea"
+    assert {h.payload["user_id"] for h in hits} == {"alice"}
+    assert all(h.payload["status"] == "active" for h in hits)
+
+
+async def test_upsert_is_idempotent_and_delete_removes(index: ServerIndex) -> None:
+    await index.upsert([point("00000000-0000-0000-0000-000000000001", "alice", "I love green tea", [1, 0, 0])])
+    assert await index.count() == 4
+    await index.delete(["00000000-0000-0000-0000-000000000001"])
+    assert await index.count() == 3
+    assert await index.ping()
+
+
+def test_a_scope_needs_tenant_and_user() -> None:
+    with pytest.raises(ValueError, match="tenant_id and user_id"):
+        Scope("", "alice")
