@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test check lint fmt install schemas bench clean
+.PHONY: up test check fmt install schemas bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -37,3 +37,6 @@ schemas: $(STAMP)
 
 clean:
 	rm -rf .memstream bench-results
+
+bench: $(STAMP)
+	$(BIN)/python -m tests.bench.latency

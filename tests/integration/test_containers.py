@@ -35,7 +35,9 @@ async def test_server_index_against_a_real_qdrant_server(qdrant_url: str) -> Non
     index = ServerIndex(qdrant_url, "memories")
     await index.ensure(3)
     payload = {"tenant_id": "t", "user_id": "u", "type": "exchange", "status": "active", "text": "green tea"}
-    await index.upsert([IndexedMemory("00000000-0000-0000-0000-000000000001", [1, 0, 0], Bm25Encoder().document("green tea"), payload)])
+    await index.upsert(
+        [IndexedMemory("00000000-0000-0000-0000-000000000001", [1, 0, 0], Bm25Encoder().document("green tea"), payload)]
+    )
     hits = await index.search(Scope("t", "u"), [1.0, 0.0, 0.0], Bm25Encoder().query("tea"), 5)
     assert [h.payload["text"] for h in hits] == ["green tea"]
 

@@ -17,18 +17,26 @@ def point(pid: str, user: str, text: str, vec: list[float], status: str = "activ
 async def index() -> ServerIndex:
     idx = ServerIndex(":memory:", "memories")
     await idx.ensure(3)
-    await idx.upsert([
-        point("00000000-0000-0000-0000-000000000001", "alice", "I love green tea", [1, 0, 0]),
-        point("00000000-0000-0000-0000-000000000002", "alice", "my dog is called Rex", [0, 1, 0]),
-        point("00000000-0000-0000-0000-000000000003", "bob", "I love green tea too", [1, 0, 0]),
-        point("00000000-0000-0000-0000-000000000004", "alice", "old superseded tea fact", [1, 0, 0], status="superseded"),
-    ])
+    await idx.upsert(
+        [
+            point("00000000-0000-0000-0000-000000000001", "alice", "I love green tea", [1, 0, 0]),
+            point("00000000-0000-0000-0000-000000000002", "alice", "my dog is called Rex", [0, 1, 0]),
+            point("00000000-0000-0000-0000-000000000003", "bob", "I love green tea too", [1, 0, 0]),
+            point(
+                "00000000-0000-0000-0000-000000000004",
+                "alice",
+                "old superseded tea fact",
+                [1, 0, 0],
+                status="superseded",
+            ),
+        ]
+    )
     return idx
 
 
 async def test_search_is_scoped_to_tenant_user_and_active(index: ServerIndex) -> None:
     hits = await index.search(Scope("t", "alice"), [1.0, 0.0, 0.0], Bm25Encoder().query("green tea"), 10)
-    assert [h.payload["text"] for h in hits][0] == "I love green tea"
+    assert hits[0].payload["text"] == "I love green tea"
     assert {h.payload["user_id"] for h in hits} == {"alice"}
     assert all(h.payload["status"] == "active" for h in hits)
 
