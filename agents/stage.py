@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -48,3 +48,26 @@ async def parse_or_dlq(events: Sequence[Any], model: type[M], dlq: Any, stage: s
         except (ValueError, ValidationError) as exc:
             await send_to_dlq(dlq, event, stage=stage, reason="schema_violation", error=str(exc))
     return parsed
+
+
+def batched_agent(
+    app: Any,
+    source: Any,
+    dlq: Any,
+    *,
+    stage: str,
+    model: type[M],
+    size: int,
+    within: float,
+    handle: Callable[[list[M]], Awaitable[None]],
+) -> None:
+    """Register an agent that parses batches of `model` and hands valid ones to `handle`."""
+
+    async def run(stream: Any) -> None:
+        async for events in stream.take_events(size, within=within):
+            with span(stage, len(events)):
+                batch = await parse_or_dlq(events, model, dlq, stage)
+                if batch:
+                    await handle(batch)
+
+    app.agent(source, name=stage)(run)

@@ -6,13 +6,12 @@ One Postgres transaction per batch; changes go out only after it commits.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import faust
 
 from agents.consolidator.apply import apply_candidate
 from agents.runtime import Runtime, Topics
-from agents.stage import forward, parse_or_dlq, span
+from agents.stage import batched_agent, forward
 from schemas import EmbeddedCandidate, MemoryChange
 from services import metrics
 
@@ -37,13 +36,17 @@ async def consolidate(rt: Runtime, batch: list[EmbeddedCandidate]) -> list[Memor
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
+    async def handle(batch: list[EmbeddedCandidate]) -> None:
+        await forward(topics.changes, STAGE, await consolidate(rt, batch))
+
     s = rt.settings
-
-    async def consolidator(stream: Any) -> None:
-        async for events in stream.take_events(s.consolidate_batch_size, within=s.consolidate_batch_within):
-            with span(STAGE, len(events)):
-                batch = await parse_or_dlq(events, EmbeddedCandidate, topics.dlq, STAGE)
-                if batch:
-                    await forward(topics.changes, STAGE, await consolidate(rt, batch))
-
-    app.agent(topics.embedded, name="consolidator")(consolidator)
+    batched_agent(
+        app,
+        topics.embedded,
+        topics.dlq,
+        stage=STAGE,
+        model=EmbeddedCandidate,
+        size=s.consolidate_batch_size,
+        within=s.consolidate_batch_within,
+        handle=handle,
+    )

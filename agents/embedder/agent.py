@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import faust
 
 from agents.runtime import Runtime, Topics
-from agents.stage import forward, parse_or_dlq, span
+from agents.stage import batched_agent, forward
 from schemas import EmbeddedCandidate, MemoryCandidate
 
 STAGE = "embedder"
@@ -24,13 +23,17 @@ async def embed_candidates(rt: Runtime, candidates: list[MemoryCandidate]) -> li
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
+    async def handle(candidates: list[MemoryCandidate]) -> None:
+        await forward(topics.embedded, STAGE, await embed_candidates(rt, candidates))
+
     s = rt.settings
-
-    async def embedder(stream: Any) -> None:
-        async for events in stream.take_events(s.embed_batch_size, within=s.embed_batch_within):
-            with span(STAGE, len(events)):
-                candidates = await parse_or_dlq(events, MemoryCandidate, topics.dlq, STAGE)
-                if candidates:
-                    await forward(topics.embedded, STAGE, await embed_candidates(rt, candidates))
-
-    app.agent(topics.candidates, name="embedder")(embedder)
+    batched_agent(
+        app,
+        topics.candidates,
+        topics.dlq,
+        stage=STAGE,
+        model=MemoryCandidate,
+        size=s.embed_batch_size,
+        within=s.embed_batch_within,
+        handle=handle,
+    )

@@ -12,7 +12,7 @@ from typing import Any
 import faust
 
 from agents.runtime import Runtime, Topics
-from agents.stage import parse_or_dlq, span
+from agents.stage import batched_agent
 from schemas import MemoryChange, MemoryRecord, MemoryStatus
 from services import metrics
 from services.stores.vector import IndexedMemory, Sparse
@@ -57,20 +57,29 @@ def plan(changes: list[MemoryChange], sparse: Any) -> tuple[list[IndexedMemory],
     return upserts, deletes
 
 
+async def apply_changes(rt: Runtime, changes: list[MemoryChange]) -> None:
+    upserts, deletes = plan(changes, rt.bm25.document)
+    await rt.index.upsert(upserts)
+    await rt.index.delete(deletes)
+    now = datetime.now(UTC)
+    for change in changes:
+        if change.turn_ts is not None:
+            metrics.FRESHNESS.labels(store="qdrant").observe((now - change.turn_ts).total_seconds())
+    metrics.EVENTS_OUT.labels(stage=STAGE, topic="qdrant").inc(len(upserts) + len(deletes))
+
+
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
+    async def handle(changes: list[MemoryChange]) -> None:
+        await apply_changes(rt, changes)
+
     s = rt.settings
-
-    async def qdrant_sink(stream: Any) -> None:
-        async for events in stream.take_events(s.consolidate_batch_size, within=s.consolidate_batch_within):
-            with span(STAGE, len(events)):
-                changes = await parse_or_dlq(events, MemoryChange, topics.dlq, STAGE)
-                upserts, deletes = plan(changes, rt.bm25.document)
-                await rt.index.upsert(upserts)
-                await rt.index.delete(deletes)
-                now = datetime.now(UTC)
-                for change in changes:
-                    if change.turn_ts is not None:
-                        metrics.FRESHNESS.labels(store="qdrant").observe((now - change.turn_ts).total_seconds())
-                metrics.EVENTS_OUT.labels(stage=STAGE, topic="qdrant").inc(len(upserts) + len(deletes))
-
-    app.agent(topics.changes, name="qdrant_sink")(qdrant_sink)
+    batched_agent(
+        app,
+        topics.changes,
+        topics.dlq,
+        stage=STAGE,
+        model=MemoryChange,
+        size=s.consolidate_batch_size,
+        within=s.consolidate_batch_within,
+        handle=handle,
+    )

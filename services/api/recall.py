@@ -79,7 +79,7 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights) -> RecallRes
     # The index follows Postgres through memory.changes; drop what Postgres no
     # longer holds as active (e.g. a fact superseded a moment ago).
     live = await rt.pg.active_ids(req.tenant_id, req.user_id, [h.id for h in hits])
-    hits = [h for h in hits if h.id in live]
+    hits = [h for h in hits if h.id in live and "type" in h.payload]
     best = max((h.score for h in hits), default=0.0)
     profile = _profile(records, req, limit=max(3, req.top_k // 3))
     candidates = profile + [_from_hit(h, best) for h in hits]

@@ -81,7 +81,10 @@ class EdgeIndex:
             query=qe.Fusion.Rrf(k=60),  # type: ignore[arg-type]  # stub lists Fusion, not its variants filter=flt, with_payload=True
         )
         started = time.perf_counter()
-        points = self.shard.query(request)
+        # Queries share the lock with updates: a read racing an upsert on
+        # another thread could see a point before its payload.
+        async with self._lock:
+            points = self.shard.query(request)
         metrics.STORE_LATENCY.labels(store="qdrant", operation="search").observe(time.perf_counter() - started)
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
 
