@@ -156,13 +156,17 @@ async def test_working_window_and_session_end_summary(stack: Stack) -> None:
     ]
     await produce(stack.bootstrap, [*events, session_end(TENANT, user, "w1")])
 
+    expected = sorted(e["event_id"] for e in events)
+
     def episodes() -> list[dict[str, Any]] | None:
+        # Eviction episodes arrive first; wait for the session-end one too.
         found = stack.memories(TENANT, user, type="episode")
-        return found if len(found) >= 2 else None
+        covered = sorted(e for m in found for e in m["source"]["event_ids"])
+        return found if len(found) >= 2 and set(covered) == set(expected) else None
 
     found = wait_for(episodes, 60, "episodes from eviction and session end")
     covered = sorted(e for m in found for e in m["source"]["event_ids"])
-    assert covered == sorted(e["event_id"] for e in events)  # every turn summarized exactly once
+    assert covered == expected  # every turn summarized exactly once
     window = stack.get("/v1/sessions/w1/working", tenant_id=TENANT, user_id=user).json()
     assert window["closed"] is True
     assert window["turns"] == []
