@@ -6,7 +6,6 @@ consumer sees a session's end after all of its turns.
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -70,7 +69,3 @@ chat_event_adapter: TypeAdapter[TurnEvent | SessionEvent] = TypeAdapter(ChatEven
 def partition_key(tenant_id: str, user_id: str) -> bytes:
     """Every topic is keyed tenant:user, so one consumer owns a user at a time."""
     return f"{tenant_id}:{user_id}".encode()
-
-
-def utc_timestamp(ts: datetime) -> float:
-    return ts.timestamp()

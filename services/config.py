@@ -70,6 +70,3 @@ class Settings(BaseSettings):
     @property
     def http_base_url(self) -> str:
         return f"http://{self.http_host}:{self.http_port}"
-
-    def with_overrides(self, **changes: object) -> Settings:
-        return type(self).model_validate({**self.model_dump(), **changes})

@@ -17,6 +17,7 @@ from prometheus_client import start_http_server
 
 from agents.app import build_app
 from agents.runtime import Runtime
+from services import metrics
 from services.api.app import create_app
 from services.api.health import Readiness
 from services.config import Settings
@@ -68,8 +69,6 @@ def run_worker(settings: Settings, *, with_api: bool) -> None:
 
 
 async def refresh_memory_gauges(runtime: Runtime) -> None:
-    from services import metrics
-
     for type_, status, n in await runtime.pg.counts_by_type_status():
         metrics.MEMORIES.labels(type=type_, status=status).set(n)
 

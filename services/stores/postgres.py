@@ -13,6 +13,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
+import numpy as np
 import orjson
 from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection
@@ -215,8 +216,6 @@ class PostgresStore:
         return [record_from_row(r) for r in await cur.fetchall()]
 
     async def upsert(self, conn: Conn, record: MemoryRecord, vector: Sequence[float] | None) -> None:
-        import numpy as np
-
         embedding = None if vector is None else np.asarray(vector, dtype=np.float32)
         await conn.execute(
             f"""INSERT INTO memories ({_RECORD_COLUMNS}, source_session_id, embedding)
