@@ -9,6 +9,7 @@ import faust
 
 from agents import consolidator, embedder, qdrant_sink, rules, summarizer, window
 from agents.runtime import Runtime, Topics
+from agents.transport import Transport
 from services.config import Settings
 
 STAGES = (window, rules, summarizer, embedder, consolidator, qdrant_sink)
@@ -33,6 +34,7 @@ def build_app(settings: Settings, runtime: Runtime) -> tuple[faust.App, Topics]:
         stream_wait_empty=False,
         loghandlers=[],
     )
+    app.transport = Transport(app.conf.broker_consumer, app, fetch_max_wait_ms=settings.fetch_max_wait_ms)
     topics = Topics.declare(app)
     for stage in STAGES:
         stage.agent.register(app, topics, runtime)

@@ -21,6 +21,8 @@ class Settings(BaseSettings):
     # Consumer offsets are committed this often (seconds).
     commit_interval: float = 1.0
     group_session_timeout: float = 10.0
+    # How long the broker may hold an empty fetch; bounds each hop's latency.
+    fetch_max_wait_ms: int = 100
 
     pg_dsn: str = "postgresql://memstream@127.0.0.1:5433/memstream"
     pg_pool_size: int = 4
