@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import faust
 
-from agents import consolidator, embedder, qdrant_sink, rules, summarizer, window
+from agents import consolidator, embedder, housekeeping, qdrant_sink, rules, summarizer, window
 from agents.runtime import Runtime, Topics
 from agents.transport import Transport
+from services import metrics
 from services.config import Settings
 
 STAGES = (window, rules, summarizer, embedder, consolidator, qdrant_sink)
@@ -37,5 +38,7 @@ def build_app(settings: Settings, runtime: Runtime) -> tuple[faust.App, Topics]:
     app.transport = Transport(app.conf.broker_consumer, app, fetch_max_wait_ms=settings.fetch_max_wait_ms)
     topics = Topics.declare(app)
     for stage in STAGES:
+        metrics.declare_stage(stage.agent.STAGE)
         stage.agent.register(app, topics, runtime)
+    housekeeping.register(app, settings, runtime)
     return app, topics

@@ -8,6 +8,8 @@ from pydantic import ValidationError
 from schemas import SessionEvent, TurnEvent, chat_event_adapter
 from services.errors import InvalidEvent
 
+# Every reason parse_chat_event can give, for metrics declared up front.
+REASONS = ("invalid_json", "oversized", "schema_violation", "unknown_tenant")
 # JSON envelope allowance on top of the content limit.
 _ENVELOPE_BYTES = 16 * 1024
 

@@ -62,6 +62,7 @@ def batched_agent(
     handle: Callable[[list[M]], Awaitable[None]],
 ) -> None:
     """Register an agent that parses batches of `model` and hands valid ones to `handle`."""
+    metrics.DLQ.labels(stage=stage, reason="schema_violation")
 
     async def run(stream: Any) -> None:
         async for events in stream.take_events(size, within=within):

@@ -59,6 +59,7 @@ class Settings(BaseSettings):
     recall_candidates: int = 50
 
     gauge_refresh_seconds: float = 15.0
+    lag_refresh_seconds: float = 5.0
     log_level: str = "info"
 
     @property

@@ -52,3 +52,13 @@ RECALL_TOKENS = Histogram(
 HTTP_REQUESTS = Counter("memstream_http_requests_total", "HTTP requests by route and status", ["route", "status"])
 
 MEMORIES = Gauge("memstream_memories", "Memories stored, by type and status", ["type", "status"])
+
+
+def declare_stage(stage: str) -> None:
+    """Create a stage's zero-valued series up front.
+
+    A labelled counter has no series until first incremented, so an error
+    rate that never fired would show "no data" instead of 0.
+    """
+    EVENTS_IN.labels(stage=stage)
+    STAGE_ERRORS.labels(stage=stage)

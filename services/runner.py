@@ -17,7 +17,6 @@ from prometheus_client import start_http_server
 
 from agents.app import build_app
 from agents.runtime import Runtime
-from services import metrics
 from services.api.app import create_app
 from services.api.health import Readiness
 from services.config import Settings
@@ -51,10 +50,6 @@ def run_worker(settings: Settings, *, with_api: bool) -> None:
         @app.task  # type: ignore[untyped-decorator]
         async def serve_http() -> None:
             await server.serve()
-
-        @app.timer(interval=settings.gauge_refresh_seconds)  # type: ignore[untyped-decorator]
-        async def refresh_gauges() -> None:
-            await refresh_memory_gauges(runtime)
     else:
         start_http_server(settings.worker_metrics_port, addr=settings.http_host)
 
@@ -66,11 +61,6 @@ def run_worker(settings: Settings, *, with_api: bool) -> None:
 
     app.on_before_shutdown.connect(shutdown)
     worker.execute_from_commandline()
-
-
-async def refresh_memory_gauges(runtime: Runtime) -> None:
-    for type_, status, n in await runtime.pg.counts_by_type_status():
-        metrics.MEMORIES.labels(type=type_, status=status).set(n)
 
 
 def run_api(settings: Settings) -> None:

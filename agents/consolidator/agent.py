@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import faust
 
 from agents.consolidator.apply import apply_candidate
+from agents.consolidator.decide import Action
 from agents.runtime import Runtime, Topics
 from agents.stage import batched_agent, forward
 from schemas import EmbeddedCandidate, MemoryChange
@@ -36,6 +37,9 @@ async def consolidate(rt: Runtime, batch: list[EmbeddedCandidate]) -> list[Memor
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
+    for action in Action:  # every kind has a series from the start
+        metrics.DECISIONS.labels(kind=action.value)
+
     async def handle(batch: list[EmbeddedCandidate]) -> None:
         await forward(topics.changes, STAGE, await consolidate(rt, batch))
 

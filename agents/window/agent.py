@@ -8,11 +8,12 @@ from typing import Any
 import faust
 
 from agents.dlq import send_to_dlq
-from agents.ingest import parse_chat_event
+from agents.ingest import REASONS, parse_chat_event
 from agents.runtime import Runtime, Topics
 from agents.stage import forward, span
 from agents.window.logic import WindowLimits, append_turn, window_tokens
 from schemas import EvictedChunk, SessionEvent, TurnEvent
+from services import metrics
 from services.errors import InvalidEvent
 
 STAGE = "window"
@@ -63,6 +64,8 @@ async def handle_session_end(rt: Runtime, event: SessionEvent) -> EvictedChunk |
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
     limits = WindowLimits(s.window_max_tokens, s.window_max_turns, s.window_keep_last)
+    for reason in REASONS:  # zero series from the start, so increase() counts the first one
+        metrics.DLQ.labels(stage=STAGE, reason=reason)
 
     async def window(stream: Any) -> None:
         async for event in stream.events():

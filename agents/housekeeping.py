@@ -1,0 +1,52 @@
+"""Periodic gauges of the worker: consumer lag and memory counts.
+
+Both are read on a timer, never per event: lag needs every assigned
+partition, counts need a Postgres aggregate.
+"""
+
+from __future__ import annotations
+
+import faust
+
+from agents.runtime import Runtime
+from services import metrics
+from services.config import Settings
+
+
+def partition_lag(end: int | None, committed: int | None) -> int | None:
+    """Messages not yet committed; None while the log end is unknown.
+
+    Both offsets are "next offset" positions, as Kafka reports them.
+    """
+    if end is None:
+        return None
+    return max(end - (committed or 0), 0)
+
+
+async def refresh_lag(app: faust.App) -> None:
+    consumer = app.consumer
+    committed = app.monitor.tp_committed_offsets
+    for tp in consumer.assignment():
+        done = committed.get(tp)
+        if done is None:
+            # Nothing committed by this process yet: its fetch position
+            # started at the group's committed offset.
+            done = await consumer.position(tp)
+        lag = partition_lag(consumer.highwater(tp), done)
+        if lag is not None:
+            metrics.CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
+
+
+async def refresh_memory_counts(runtime: Runtime) -> None:
+    for type_, status, n in await runtime.pg.counts_by_type_status():
+        metrics.MEMORIES.labels(type=type_, status=status).set(n)
+
+
+def register(app: faust.App, settings: Settings, runtime: Runtime) -> None:
+    @app.timer(interval=settings.lag_refresh_seconds)  # type: ignore[untyped-decorator]
+    async def lag_timer() -> None:
+        await refresh_lag(app)
+
+    @app.timer(interval=settings.gauge_refresh_seconds)  # type: ignore[untyped-decorator]
+    async def counts_timer() -> None:
+        await refresh_memory_counts(runtime)
