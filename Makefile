@@ -39,4 +39,4 @@ clean:
 	rm -rf .memstream bench-results
 
 bench: $(STAMP)
-	$(BIN)/python -m tests.bench.latency
+	$(BIN)/python -m tests.bench.run

@@ -78,7 +78,9 @@ class EdgeIndex:
         request = qe.QueryRequest(
             limit=limit,
             prefetches=prefetches,
-            query=qe.Fusion.Rrf(k=60),  # type: ignore[arg-type]  # stub lists Fusion, not its variants filter=flt, with_payload=True
+            query=qe.Fusion.Rrf(k=60),  # type: ignore[arg-type]  # the stub lists Fusion, not its variants
+            filter=flt,
+            with_payload=True,
         )
         started = time.perf_counter()
         # Queries share the lock with updates: a read racing an upsert on

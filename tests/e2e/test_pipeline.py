@@ -42,6 +42,25 @@ async def test_a_stated_preference_is_recalled(stack: Stack) -> None:
     assert result["prompt"].endswith("</memory>")
 
 
+async def test_what_was_said_is_recalled_even_when_no_rule_matched(stack: Stack) -> None:
+    user = new_user()
+    said = "We went hiking near the glacier lake yesterday and it rained all afternoon."
+    await produce(
+        stack.bootstrap,
+        [turn(TENANT, user, "s1", 0, said), turn(TENANT, user, "s1", 1, "Sounds wet!", role="assistant")],
+    )
+
+    def recalled() -> dict[str, Any] | None:
+        result = stack.recall(TENANT, user, "how was the hike?")
+        return result if said in texts(result, "exchange") else None
+
+    result = wait_for(recalled, 60, "exchange memory recalled through the vector index")
+    hit = next(m for m in result["memories"] if m["text"] == said)
+    assert hit["source"]["session_id"] == "s1"
+    assert hit["score"] > 0
+    assert f"[EXCHANGE] {said}" in result["prompt"]
+
+
 async def test_a_move_supersedes_the_old_location_and_keeps_history(stack: Stack) -> None:
     user = new_user()
     await produce(stack.bootstrap, [turn(TENANT, user, "s1", 0, "I live in Pune.")])

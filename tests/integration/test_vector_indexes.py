@@ -1,11 +1,16 @@
-"""The qdrant-client adapter, against qdrant-client's in-memory mode (same client API)."""
+"""Both vector index adapters behave alike: the embedded Qdrant Edge shard, and the
+qdrant-client adapter against qdrant-client's in-memory mode (same client API)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
+
 import pytest
 
+from services.stores.qdrant_edge_index import EdgeIndex
 from services.stores.qdrant_server_index import ServerIndex
-from services.stores.vector import Bm25Encoder, IndexedMemory, Scope
+from services.stores.vector import Bm25Encoder, IndexedMemory, Scope, VectorIndex
 
 
 def point(pid: str, user: str, text: str, vec: list[float], status: str = "active") -> IndexedMemory:
@@ -13,9 +18,9 @@ def point(pid: str, user: str, text: str, vec: list[float], status: str = "activ
     return IndexedMemory(pid, vec, Bm25Encoder().document(text), payload)
 
 
-@pytest.fixture
-async def index() -> ServerIndex:
-    idx = ServerIndex(":memory:", "memories")
+@pytest.fixture(params=["edge", "server"])
+async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorIndex]:
+    idx: VectorIndex = EdgeIndex(tmp_path / "shard") if request.param == "edge" else ServerIndex(":memory:", "memories")
     await idx.ensure(3)
     await idx.upsert(
         [
@@ -31,17 +36,19 @@ async def index() -> ServerIndex:
             ),
         ]
     )
-    return idx
+    yield idx
+    await idx.close()
 
 
-async def test_search_is_scoped_to_tenant_user_and_active(index: ServerIndex) -> None:
+async def test_search_is_scoped_to_tenant_user_and_active(index: VectorIndex) -> None:
     hits = await index.search(Scope("t", "alice"), [1.0, 0.0, 0.0], Bm25Encoder().query("green tea"), 10)
+    assert [h.id for h in hits] == ["00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002"]
     assert hits[0].payload["text"] == "I love green tea"
     assert {h.payload["user_id"] for h in hits} == {"alice"}
     assert all(h.payload["status"] == "active" for h in hits)
 
 
-async def test_upsert_is_idempotent_and_delete_removes(index: ServerIndex) -> None:
+async def test_upsert_is_idempotent_and_delete_removes(index: VectorIndex) -> None:
     await index.upsert([point("00000000-0000-0000-0000-000000000001", "alice", "I love green tea", [1, 0, 0])])
     assert await index.count() == 4
     await index.delete(["00000000-0000-0000-0000-000000000001"])

@@ -1,0 +1,121 @@
+"""Speed of the write path: idle turn-to-recall, bulk throughput, freshness under steady load.
+
+Each function fills `out` as it goes, so a caller that gives up on a slow
+stage still has the figures measured so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from typing import Any
+
+import httpx
+import orjson
+
+from services.producer import TurnProducer
+from tests.bench.corpus import SUBJECTS, turn_ids
+from tests.bench.probe import ChangeWatcher, percentiles
+from tests.stack import turn
+
+TENANT = "bench"
+
+
+async def _recalled(client: httpx.AsyncClient, user: str, query: str, needle: str) -> bool:
+    r = await client.post("/v1/recall", json={"tenant_id": TENANT, "user_id": user, "query": query})
+    return r.status_code == 200 and any(needle in m["text"] for m in r.json()["memories"])
+
+
+async def _until_recalled(
+    client: httpx.AsyncClient, user: str, query: str, needle: str, started: float, timeout: float = 60.0
+) -> float | None:
+    """Seconds from `started` until `needle` is recalled; None if it never is."""
+    while time.perf_counter() - started < timeout:
+        if await _recalled(client, user, query, needle):
+            return time.perf_counter() - started
+        await asyncio.sleep(0.05)
+    return None
+
+
+async def turn_to_recall(base_url: str, bootstrap: str, tries: int, out: dict[str, Any]) -> None:
+    """One preference at a time on an otherwise idle stack."""
+    samples: list[float] = []
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client, TurnProducer(bootstrap) as producer:
+        for i in range(tries):
+            user, food = f"idle-{uuid.uuid4().hex[:8]}", f"{random.choice(SUBJECTS)}{i}"
+            started = time.perf_counter()
+            await producer.send_raw([orjson.dumps(turn(TENANT, user, "s", 0, f"I really like {food} smoothies."))])
+            took = await _until_recalled(client, user, "favourite drink", food, started)
+            if took is not None:
+                samples.append(took)
+            out.update(n=len(samples), misses=i + 1 - len(samples), **percentiles(samples, (50, 90)))
+    if samples:
+        out.update(min=min(samples), max=max(samples))
+
+
+async def throughput(bootstrap: str, corpus: list[dict[str, Any]], out: dict[str, Any]) -> None:
+    """All turns as fast as the producer goes; done when every turn is in some change's provenance."""
+    expected = turn_ids(corpus)
+    covered: set[str] = set()
+    last_change = 0.0
+    all_covered = asyncio.Event()
+
+    def on_change(change: dict[str, Any], arrived: float) -> None:
+        nonlocal last_change
+        last_change = arrived
+        covered.update(expected.intersection(change["record"]["source"]["event_ids"]))
+        if len(covered) == len(expected):
+            all_covered.set()
+
+    out.update(turns=len(expected), users=len({e["user_id"] for e in corpus}))
+    async with ChangeWatcher(bootstrap, on_change), TurnProducer(bootstrap) as producer:
+        started = time.perf_counter()
+        try:
+            await producer.send_raw(orjson.dumps(e) for e in corpus)
+            out["produce_seconds"] = time.perf_counter() - started
+            await all_covered.wait()
+            # Stragglers (reinforcements, later episodes) still count as its work.
+            seen = last_change
+            await asyncio.sleep(2.0)
+            while last_change != seen:
+                seen = last_change
+                await asyncio.sleep(2.0)
+        finally:
+            elapsed = (last_change or time.perf_counter()) - started
+            out.update(covered=len(covered), seconds=elapsed, turns_per_s=len(covered) / elapsed)
+
+
+async def freshness(base_url: str, bootstrap: str, rate: float, seconds: float, out: dict[str, Any]) -> None:
+    """Steady `rate` user turns/s; each probed over HTTP until recallable."""
+    run = uuid.uuid4().hex[:6]
+    samples: list[float] = []
+    misses = 0
+
+    async def probe(user: str, token: str, started: float) -> None:
+        nonlocal misses
+        took = await _until_recalled(client, user, f"code word {token}", token, started)
+        if took is None:
+            misses += 1
+        else:
+            samples.append(took)
+        out.update(n=len(samples), misses=misses, **percentiles(samples))
+
+    limits = httpx.Limits(max_connections=64)
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as client,
+        TurnProducer(bootstrap) as producer,
+    ):
+        probes: list[asyncio.Task[None]] = []
+        t0 = time.perf_counter()
+        count = int(rate * seconds)
+        for i in range(count):
+            await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
+            user, token = f"fresh-{i % 50}-{run}", f"zq{run}x{i}"
+            text = f"Remember the code word {token} for the {random.choice(SUBJECTS)} club."
+            started = time.perf_counter()
+            await producer.send_raw([orjson.dumps(turn(TENANT, user, f"f{i % 50}", i // 50, text))])
+            probes.append(asyncio.create_task(probe(user, token, started)))
+        out["offered_turns_per_s"] = count / (time.perf_counter() - t0)
+        await asyncio.gather(*probes)

@@ -1,0 +1,137 @@
+"""`make bench`: every speed figure in one run, on one embedded stack.
+
+    python -m tests.bench.run [--quick]
+
+Prints a table and writes bench-results/bench.json. Each stage has a time
+budget; a stage that runs out prints what it measured and is marked
+`timed_out`, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from services.embedding import MiniLmEmbedder
+from tests.bench import pipeline, recall_load
+from tests.bench.corpus import conversations
+from tests.bench.probe import peak_rss_mib
+from tests.stack import Stack, embedded_stack
+
+RESULTS = Path("bench-results")
+
+
+@dataclass(frozen=True)
+class Plan:
+    turns: int = 5_000
+    users: int = 50
+    idle_tries: int = 20
+    fresh_rate: float = 20.0
+    fresh_seconds: float = 60.0
+    memories: int = 100_000
+    load_users: int = 500
+    clients: int = 8
+    load_seconds: float = 30.0
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(turns=500, users=10, idle_tries=5, fresh_seconds=10, memories=5_000, load_seconds=5)
+
+
+async def _stage(
+    results: dict[str, Any], name: str, budget: float, run: Callable[[dict[str, Any]], Awaitable[None]]
+) -> None:
+    out: dict[str, Any] = {}
+    results[name] = out
+    started = time.perf_counter()
+    try:
+        await asyncio.wait_for(run(out), budget)
+    except TimeoutError:
+        out["timed_out"] = True
+    except Exception as exc:  # a broken stage must not hide the others' figures
+        out["error"] = repr(exc)
+    out["stage_seconds"] = round(time.perf_counter() - started, 1)
+    print(f"  {name}: {out}", flush=True)
+
+
+def embedder_ceiling(corpus: list[dict[str, Any]], n: int = 2_000) -> dict[str, Any]:
+    """The bare model, in this process, on the benchmark's own turn texts."""
+    texts = [e["content"] for e in corpus if "content" in e][:n]
+    model = MiniLmEmbedder()
+    model.embed(texts[:64])
+    started = time.perf_counter()
+    model.embed(texts)
+    return {"texts": len(texts), "texts_per_s": len(texts) / (time.perf_counter() - started)}
+
+
+async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], results: dict[str, Any]) -> None:
+    url, kafka = stack.base_url, stack.bootstrap
+    await _stage(results, "turn_to_recall_idle", 120, lambda o: pipeline.turn_to_recall(url, kafka, plan.idle_tries, o))
+    await _stage(results, "throughput", 300, lambda o: pipeline.throughput(kafka, corpus, o))
+    fresh_budget = plan.fresh_seconds + 90
+    await _stage(
+        results,
+        "freshness",
+        fresh_budget,
+        lambda o: pipeline.freshness(url, kafka, plan.fresh_rate, plan.fresh_seconds, o),
+    )
+    await _stage(
+        results,
+        "seed",
+        330,
+        lambda o: recall_load.seed(url, kafka, plan.memories, plan.load_users, 300, o),
+    )
+    await _stage(
+        results,
+        "recall_load",
+        plan.load_seconds + 60,
+        lambda o: recall_load.load(url, plan.load_users, plan.clients, plan.load_seconds, o),
+    )
+    results["peak_rss_mib"] = {"app (worker + read service, one process)": peak_rss_mib(stack.app_pid())}
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:,.3f}" if isinstance(value, float) else str(value)
+
+
+def table(results: dict[str, Any]) -> str:
+    ceiling = results.get("embedder", {}).get("texts_per_s")
+    tput = results.get("throughput", {}).get("turns_per_s")
+    if ceiling and tput:
+        results["throughput"]["ratio_to_embedder_ceiling"] = tput / ceiling
+    lines = [f"{'figure':<62} {'value':>14}", "-" * 77]
+    for stage, figures in results.items():
+        for key, value in figures.items():
+            if key != "stage_seconds":
+                lines.append(f"{stage + ' / ' + key:<62} {_fmt(value):>14}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="small sizes, to check the bench itself")
+    args = parser.parse_args()
+    plan = Plan.quick() if args.quick else Plan()
+    corpus = conversations(plan.turns, plan.users)
+    results: dict[str, Any] = {"plan": plan.__dict__, "embedder": embedder_ceiling(corpus)}
+    print(f"  embedder: {results['embedder']}", flush=True)
+    fast_gauges = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5", "MEMSTREAM_GAUGE_REFRESH_SECONDS": "2"}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=7, extra_env=fast_gauges) as stack:
+        results["stack"] = {"start_seconds": time.perf_counter() - started}
+        asyncio.run(on_stack(stack, plan, corpus, results))
+    RESULTS.mkdir(exist_ok=True)
+    text = table(results)
+    (RESULTS / "bench.json").write_text(json.dumps(results, indent=2, default=str))
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
