@@ -97,7 +97,11 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "Store p95 latency",
         "s",
-        (Target(_quantile(0.95, "memstream_store_operation_seconds", by="store, operation"), "{{store}} {{operation}}"),),
+        (
+            Target(
+                _quantile(0.95, "memstream_store_operation_seconds", by="store, operation"), "{{store}} {{operation}}"
+            ),
+        ),
     ),
     Panel(
         "Recall latency p50 / p99",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections import deque
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 WORDS = (

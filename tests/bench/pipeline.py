@@ -29,10 +29,10 @@ async def _recalled(client: httpx.AsyncClient, user: str, query: str, needle: st
 
 
 async def _until_recalled(
-    client: httpx.AsyncClient, user: str, query: str, needle: str, started: float, timeout: float = 60.0
+    client: httpx.AsyncClient, user: str, query: str, needle: str, started: float, give_up_after: float = 60.0
 ) -> float | None:
     """Seconds from `started` until `needle` is recalled; None if it never is."""
-    while time.perf_counter() - started < timeout:
+    while time.perf_counter() - started < give_up_after:
         if await _recalled(client, user, query, needle):
             return time.perf_counter() - started
         await asyncio.sleep(0.05)

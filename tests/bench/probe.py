@@ -33,9 +33,9 @@ async def scrape(client: httpx.AsyncClient, name: str) -> list[tuple[dict[str, s
     ]
 
 
-async def wait_drained(client: httpx.AsyncClient, timeout: float, quiet_polls: int = 3) -> bool:
+async def wait_drained(client: httpx.AsyncClient, within: float, quiet_polls: int = 3) -> bool:
     """True once every consumer-lag gauge reads 0 on `quiet_polls` polls in a row."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     quiet = 0
     while time.monotonic() < deadline:
         lags = await scrape(client, "memstream_consumer_lag_messages")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -104,13 +105,15 @@ async def test_every_dashboard_query_returns_series(stack: Stack, prometheus: st
     while pending and time.monotonic() < deadline:
         stack.recall(TENANT, user, "what do I drink?")  # keep recall histograms moving
         pending = {e for e in pending if not query(prometheus, e.replace(dashboard.RATE, RATE_WINDOW))}
-        time.sleep(1)
+        await asyncio.sleep(1)
     assert not pending, f"dashboard queries without series: {sorted(pending)}"
 
     # The series are not just present: the pipeline's own work shows in them.
     ingest = query(prometheus, 'sum(increase(memstream_stage_events_in_total{stage="window"}[10m]))')
     assert float(ingest[0]["value"][1]) >= 4
     dlq = query(prometheus, 'sum(increase(memstream_dlq_messages_total{reason="invalid_json"}[10m]))')
-    assert dlq and float(dlq[0]["value"][1]) >= 1
+    assert dlq
+    assert float(dlq[0]["value"][1]) >= 1
     superseded = query(prometheus, 'memstream_memories{type="fact", status="superseded"}')
-    assert superseded and float(superseded[0]["value"][1]) >= 1
+    assert superseded
+    assert float(superseded[0]["value"][1]) >= 1

@@ -12,7 +12,8 @@ def test_committed_json_matches_the_panel_definitions() -> None:
 
 def test_panel_ids_are_unique_and_every_panel_has_a_datasource() -> None:
     ids = Counter(p["id"] for p in COMMITTED["panels"])
-    assert ids and all(n == 1 for n in ids.values()), ids
+    assert ids
+    assert all(n == 1 for n in ids.values()), ids
     for panel in COMMITTED["panels"]:
         assert panel["datasource"]["uid"], panel["title"]
         assert panel["targets"], panel["title"]

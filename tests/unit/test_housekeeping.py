@@ -16,4 +16,5 @@ def test_lag_counts_from_zero_when_nothing_was_committed() -> None:
 def test_lag_is_the_uncommitted_distance_and_never_negative(end: int, committed: int) -> None:
     lag = partition_lag(end, committed)
     assert lag == max(end - committed, 0)
-    assert lag is not None and lag >= 0
+    assert lag is not None
+    assert lag >= 0
