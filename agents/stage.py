@@ -1,7 +1,9 @@
-"""Shared agent plumbing: timing, counting, forwarding, parsing with DLQ fallback."""
+"""Shared agent plumbing: timing, counting, forwarding, parsing and delivery with DLQ fallback."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -12,8 +14,12 @@ from pydantic import BaseModel, ValidationError
 from agents.dlq import send_to_dlq
 from schemas import codec
 from services import metrics
+from services.errors import StoreError
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+_MAX_BACKOFF = 30.0
 
 
 @contextmanager
@@ -23,9 +29,6 @@ def span(stage: str, count: int) -> Iterator[None]:
     started = time.perf_counter()
     try:
         yield
-    except Exception:
-        metrics.STAGE_ERRORS.labels(stage=stage).inc(count)
-        raise
     finally:
         metrics.STAGE_LATENCY.labels(stage=stage).observe(time.perf_counter() - started)
 
@@ -39,15 +42,51 @@ async def forward(topic: Any, stage: str, models: Sequence[Any]) -> None:
         metrics.EVENTS_OUT.labels(stage=stage, topic=topic.get_topic_name()).inc(len(models))
 
 
-async def parse_or_dlq(events: Sequence[Any], model: type[M], dlq: Any, stage: str) -> list[M]:
-    """Valid events as models; the rest go to the DLQ as schema violations."""
-    parsed: list[M] = []
+async def parse_or_dlq(events: Sequence[Any], model: type[M], dlq: Any, stage: str) -> list[tuple[Any, M]]:
+    """Valid events with their models; the rest go to the DLQ as schema violations."""
+    parsed: list[tuple[Any, M]] = []
     for event in events:
         try:
-            parsed.append(codec.loads(model, event.value))
+            parsed.append((event, codec.loads(model, event.value)))
         except (ValueError, ValidationError) as exc:
             await send_to_dlq(dlq, event, stage=stage, reason="schema_violation", error=str(exc))
     return parsed
+
+
+async def deliver(
+    items: Sequence[tuple[Any, T]],
+    handle: Callable[[list[T]], Awaitable[None]],
+    dlq: Any,
+    stage: str,
+    first_delay: float = 0.5,
+) -> None:
+    """Hand (event, value) pairs to `handle` so that nothing is lost and the stage never stops.
+
+    A StoreError is an outage: the same batch is retried, uncommitted, with
+    backoff for as long as it lasts. Any other exception means some item is
+    poison: the batch is retried one item at a time and each item that still
+    fails goes to memory.dlq as `processing_error`. Handlers are idempotent,
+    so the retried items that had already succeeded do no harm.
+    """
+    delay = first_delay
+    while True:
+        try:
+            await handle([value for _, value in items])
+            return
+        except StoreError as exc:
+            metrics.STAGE_ERRORS.labels(stage=stage).inc(len(items))
+            log.warning("%s: store unavailable, retrying in %.1fs: %s", stage, delay, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_BACKOFF)
+        except Exception as exc:
+            metrics.STAGE_ERRORS.labels(stage=stage).inc(len(items))
+            if len(items) > 1:
+                for item in items:
+                    await deliver([item], handle, dlq, stage, first_delay)
+                return
+            log.exception("%s: poison event sent to the DLQ", stage)
+            await send_to_dlq(dlq, items[0][0], stage=stage, reason="processing_error", error=repr(exc))
+            return
 
 
 def batched_agent(
@@ -69,6 +108,6 @@ def batched_agent(
             with span(stage, len(events)):
                 batch = await parse_or_dlq(events, model, dlq, stage)
                 if batch:
-                    await handle(batch)
+                    await deliver(batch, handle, dlq, stage)
 
     app.agent(source, name=stage)(run)

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from schemas.events import TurnEvent, partition_key
 
 SCHEMA_VERSION: Literal[1] = 1
+
+# Memory ids are UUIDs (deterministic uuid5 in our stages): Qdrant accepts
+# nothing else as a point id, so a bad one must fail validation, not indexing.
+MemoryId = Annotated[
+    str, Field(pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+]
 
 
 class MemoryType(StrEnum):
@@ -66,7 +72,7 @@ class MemoryCandidate(_Keyed):
     """An unembedded proposal for long-term memory; the consolidator decides."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    candidate_id: str
+    candidate_id: MemoryId
     type: MemoryType
     text: str
     category: str | None = None
@@ -92,7 +98,7 @@ class MemoryRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    id: str
+    id: MemoryId
     tenant_id: str
     user_id: str
     type: MemoryType

@@ -62,3 +62,4 @@ def declare_stage(stage: str) -> None:
     """
     EVENTS_IN.labels(stage=stage)
     STAGE_ERRORS.labels(stage=stage)
+    DLQ.labels(stage=stage, reason="processing_error")

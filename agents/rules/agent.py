@@ -13,7 +13,7 @@ import faust
 from agents.ingest import parse_chat_event
 from agents.rules.candidates import candidates_for_turn
 from agents.runtime import Runtime, Topics
-from agents.stage import forward, span
+from agents.stage import deliver, forward, span
 from schemas import TurnEvent
 from services.errors import InvalidEvent
 
@@ -23,14 +23,18 @@ STAGE = "rules"
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
 
+    async def extract(turns: list[TurnEvent]) -> None:
+        for turn in turns:
+            await forward(topics.candidates, STAGE, candidates_for_turn(turn))
+
     async def rules(stream: Any) -> None:
         async for event in stream.events():
             with span(STAGE, 1):
                 try:
                     parsed = parse_chat_event(event.value, max_content_bytes=s.max_content_bytes, tenants=s.tenants)
                 except InvalidEvent:
-                    continue
+                    continue  # the window stage sends it to the DLQ, once
                 if isinstance(parsed, TurnEvent):
-                    await forward(topics.candidates, STAGE, candidates_for_turn(parsed))
+                    await deliver([(event, parsed)], extract, topics.dlq, STAGE)
 
     app.agent(topics.turns, name="rules")(rules)

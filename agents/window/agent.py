@@ -10,7 +10,7 @@ import faust
 from agents.dlq import send_to_dlq
 from agents.ingest import REASONS, parse_chat_event
 from agents.runtime import Runtime, Topics
-from agents.stage import forward, span
+from agents.stage import deliver, forward, span
 from agents.window.logic import WindowLimits, append_turn, window_tokens
 from schemas import EvictedChunk, SessionEvent, TurnEvent
 from services import metrics
@@ -67,6 +67,15 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     for reason in REASONS:  # zero series from the start, so increase() counts the first one
         metrics.DLQ.labels(stage=STAGE, reason=reason)
 
+    async def apply(events: list[TurnEvent | SessionEvent]) -> None:
+        for parsed in events:
+            if isinstance(parsed, TurnEvent):
+                chunk = await handle_turn(rt, parsed, limits)
+            else:
+                chunk = await handle_session_end(rt, parsed)
+            if chunk is not None:
+                await forward(topics.evicted, STAGE, [chunk])
+
     async def window(stream: Any) -> None:
         async for event in stream.events():
             with span(STAGE, 1):
@@ -75,11 +84,6 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
                 except InvalidEvent as exc:
                     await send_to_dlq(topics.dlq, event, stage=STAGE, reason=exc.reason, error=exc.message)
                     continue
-                if isinstance(parsed, TurnEvent):
-                    chunk = await handle_turn(rt, parsed, limits)
-                else:
-                    chunk = await handle_session_end(rt, parsed)
-                if chunk is not None:
-                    await forward(topics.evicted, STAGE, [chunk])
+                await deliver([(event, parsed)], apply, topics.dlq, STAGE)
 
     app.agent(topics.turns, name="window")(window)

@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaProducer
 
 from schemas import partition_key
 from services.embedding import MiniLmEmbedder
+from services.textutil import stable_id
 from tests.bench.corpus import synthetic_texts
 from tests.bench.probe import percentiles, scrape, wait_drained
 
@@ -31,7 +32,7 @@ def _candidate(k: int, user: str, text: str, vector: np.ndarray[Any, Any], now: 
     candidate = {
         "tenant_id": TENANT,
         "user_id": user,
-        "candidate_id": f"seed-{k}",
+        "candidate_id": stable_id("bench-seed", str(k)),
         "type": "exchange",
         "text": text,
         "importance": 0.5,

@@ -2,13 +2,14 @@ from datetime import UTC, datetime
 
 from agents.consolidator.decide import Action, Neighbours, decide
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
+from services.textutil import stable_id
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def candidate(value: str = "Berlin", events: tuple[str, ...] = ("e2",), cid: str = "new") -> MemoryCandidate:
     return MemoryCandidate(
-        candidate_id=cid,
+        candidate_id=stable_id(cid),
         tenant_id="t",
         user_id="u",
         type=MemoryType.FACT,
@@ -26,7 +27,7 @@ def candidate(value: str = "Berlin", events: tuple[str, ...] = ("e2",), cid: str
 
 def record(rid: str, value: str, events: tuple[str, ...], status: MemoryStatus = MemoryStatus.ACTIVE) -> MemoryRecord:
     return MemoryRecord(
-        id=rid,
+        id=stable_id(rid),
         tenant_id="t",
         user_id="u",
         type=MemoryType.FACT,
@@ -48,7 +49,7 @@ def record(rid: str, value: str, events: tuple[str, ...], status: MemoryStatus =
 def test_new_memory_is_added() -> None:
     decision = decide(candidate(), Neighbours())
     assert decision.action is Action.ADD
-    assert decision.record_id == "new"
+    assert decision.record_id == stable_id("new")
 
 
 def test_new_value_for_a_keyed_fact_supersedes() -> None:
@@ -79,7 +80,7 @@ def test_exact_duplicate_content_reinforces_the_existing_row() -> None:
     existing = record("other", "Berlin", ("e1",))
     decision = decide(candidate(events=("e9",)), Neighbours(same_content=existing))
     assert decision.action is Action.REINFORCE
-    assert decision.record_id == "other"
+    assert decision.record_id == stable_id("other")
 
 
 def test_value_stated_again_after_supersession_gets_a_new_id() -> None:
@@ -87,6 +88,6 @@ def test_value_stated_again_after_supersession_gets_a_new_id() -> None:
     current = record("cur", "Berlin", ("e2",))
     decision = decide(candidate("Pune", events=("e3",)), Neighbours(same_id=superseded, active_fact=current))
     assert decision.action is Action.SUPERSEDE
-    assert decision.record_id not in {"new", "cur"}
+    assert decision.record_id not in {stable_id("new"), stable_id("cur")}
     again = decide(candidate("Pune", events=("e3",)), Neighbours(same_id=superseded, active_fact=current))
     assert again.record_id == decision.record_id

@@ -3,8 +3,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from services.embedding import CachedEmbedder, MiniLmEmbedder
+from services.embedding.embedder import length_buckets
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "minilm_reference.json").read_text())
 
@@ -44,3 +47,19 @@ def test_cache_only_sends_misses_to_the_model(model: MiniLmEmbedder) -> None:
     second = cached.embed(["hello   THERE", "tea"])
     assert calls == [["Hello there", "coffee"], ["tea"]]
     assert second[0] == first[0]
+
+
+@given(st.lists(st.integers(1, 256), max_size=300), st.integers(1, 64))
+def test_length_buckets_cover_every_text_once_within_batch_and_stretch(lengths: list[int], max_batch: int) -> None:
+    buckets = length_buckets(lengths, max_batch)
+    flat = [i for b in buckets for i in b]
+    assert sorted(flat) == list(range(len(lengths)))
+    for bucket in buckets:
+        assert 1 <= len(bucket) <= max_batch
+        sizes = [lengths[i] for i in bucket]
+        assert max(sizes) <= 1.5 * max(min(sizes), 8)
+
+
+def test_short_texts_are_not_batched_with_a_long_one() -> None:
+    buckets = length_buckets([10, 12, 250, 11], max_batch=64)
+    assert sorted(map(sorted, buckets)) == [[0, 1, 3], [2]]
