@@ -29,13 +29,13 @@ async def _recalled(client: httpx.AsyncClient, user: str, query: str, needle: st
 
 
 async def _until_recalled(
-    client: httpx.AsyncClient, user: str, query: str, needle: str, started: float, give_up_after: float = 60.0
+    client: httpx.AsyncClient, user: str, query: str, needle: str, started: float, poll: float = 0.05
 ) -> float | None:
-    """Seconds from `started` until `needle` is recalled; None if it never is."""
-    while time.perf_counter() - started < give_up_after:
+    """Seconds from `started` until `needle` is recalled; None if not within a minute."""
+    while time.perf_counter() - started < 60.0:
         if await _recalled(client, user, query, needle):
             return time.perf_counter() - started
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(poll)
     return None
 
 
@@ -87,15 +87,21 @@ async def throughput(bootstrap: str, corpus: list[dict[str, Any]], out: dict[str
             out.update(covered=len(covered), seconds=elapsed, turns_per_s=len(covered) / elapsed)
 
 
-async def freshness(base_url: str, bootstrap: str, rate: float, seconds: float, out: dict[str, Any]) -> None:
-    """Steady `rate` user turns/s; each probed over HTTP until recallable."""
+async def freshness(
+    base_url: str, bootstrap: str, rate: float, seconds: float, out: dict[str, Any], probe_every: int = 4
+) -> None:
+    """Steady `rate` user turns/s; every `probe_every`-th probed over HTTP until recallable.
+
+    The probes hit the process under test, so probing every turn at a tight
+    poll would mostly measure the probes.
+    """
     run = uuid.uuid4().hex[:6]
     samples: list[float] = []
     misses = 0
 
     async def probe(user: str, token: str, started: float) -> None:
         nonlocal misses
-        took = await _until_recalled(client, user, f"code word {token}", token, started)
+        took = await _until_recalled(client, user, f"code word {token}", token, started, poll=0.1)
         if took is None:
             misses += 1
         else:
@@ -116,6 +122,7 @@ async def freshness(base_url: str, bootstrap: str, rate: float, seconds: float, 
             text = f"Remember the code word {token} for the {random.choice(SUBJECTS)} club."
             started = time.perf_counter()
             await producer.send_raw([orjson.dumps(turn(TENANT, user, f"f{i % 50}", i // 50, text))])
-            probes.append(asyncio.create_task(probe(user, token, started)))
+            if i % probe_every == 0:
+                probes.append(asyncio.create_task(probe(user, token, started)))
         out["offered_turns_per_s"] = count / (time.perf_counter() - t0)
         await asyncio.gather(*probes)
