@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test check fmt install schemas bench clean
+.PHONY: up test check fmt install schemas dashboard bench bench-locomo clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -38,5 +38,14 @@ schemas: $(STAMP)
 clean:
 	rm -rf .memstream bench-results
 
+dashboard: $(STAMP)
+	$(BIN)/python -m ops.dashboard
+
+# Speed figures on a fresh embedded stack (< 15 min): table + bench-results/bench.json.
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench.run
+
+# Recall quality on LoCoMo (< 20 min); LOCOMO=path/to/file.json for another file.
+LOCOMO ?= ../shared/bench/locomo_dev.json
+bench-locomo: $(STAMP)
+	$(BIN)/python -m tests.bench.locomo --data $(LOCOMO)

@@ -49,14 +49,6 @@ def entity_match(query: str, entities: list[str]) -> float:
     return 1.0 if any(e.lower() in words or e.lower() in query.lower() for e in entities) else 0.0
 
 
-def lexical_overlap(query: str, text: str) -> float:
-    q = {w.lower() for w in _WORD.findall(query) if len(w) > 2}
-    if not q:
-        return 0.0
-    t = {w.lower() for w in _WORD.findall(text)}
-    return len(q & t) / len(q)
-
-
 def score(c: Candidate, query: str, now: datetime, weights: Weights) -> Candidate:
     signals = {
         "similarity": c.similarity,

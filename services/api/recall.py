@@ -10,18 +10,18 @@ from agents.runtime import Runtime
 from schemas import MemoryRecord, MemoryType
 from services import metrics
 from services.api.models import RecalledMemory, RecallRequest, RecallResponse, Source, WorkingTurn, WorkingWindow
-from services.api.ranking import Candidate, Weights, lexical_overlap, pack, prompt_block, rank
+from services.api.ranking import Candidate, Weights, pack, prompt_block, rank
 from services.stores.vector import Hit, Scope
 
 PROFILE_TYPES = (MemoryType.FACT, MemoryType.PREFERENCE)
 
 
-def _from_record(record: MemoryRecord, query: str) -> Candidate:
+def _from_record(record: MemoryRecord, similarity: float) -> Candidate:
     return Candidate(
         id=record.id,
         type=record.type.value,
         text=record.text,
-        similarity=lexical_overlap(query, record.text),
+        similarity=similarity,
         importance=record.importance,
         access_count=record.access_count,
         observed_at=record.observed_at,
@@ -46,14 +46,17 @@ def _from_hit(hit: Hit, best: float) -> Candidate:
     )
 
 
-def _profile(records: list[MemoryRecord], req: RecallRequest, limit: int) -> list[Candidate]:
-    """Facts always; preferences only when they touch the query or there is room."""
+def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest, limit: int) -> list[Candidate]:
+    """The profile section: facts, then preferences, each by closeness to the query.
+
+    Only memories close to the query get here; the rest of the profile still
+    competes through the index like any other memory, so a user with many
+    stated likes does not have them fill every answer.
+    """
     wanted = set(req.types or PROFILE_TYPES)
-    facts = [_from_record(r, req.query) for r in records if r.type in wanted and r.type is MemoryType.FACT]
-    prefs = [_from_record(r, req.query) for r in records if r.type in wanted and r.type is MemoryType.PREFERENCE]
-    prefs.sort(key=lambda c: (-c.similarity, -c.importance))
-    facts.sort(key=lambda c: (-c.similarity, -c.importance))
-    return (facts + prefs)[:limit]
+    chosen = [(r, sim) for r, sim in scored if r.type in wanted][:limit]
+    chosen.sort(key=lambda pair: (pair[0].type is not MemoryType.FACT, -pair[1]))
+    return [_from_record(r, sim) for r, sim in chosen]
 
 
 async def working(rt: Runtime, tenant_id: str, user_id: str, session_id: str) -> WorkingWindow | None:
@@ -72,16 +75,18 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights) -> RecallRes
     types = tuple(t.value for t in req.types) if req.types else ()
     scope = Scope(req.tenant_id, req.user_id, types)
     pool = max(req.top_k * 3, rt.settings.recall_candidates)
-    hits, records = await asyncio.gather(
+    hits, scored = await asyncio.gather(
         rt.index.search(scope, dense, rt.bm25.query(req.query), pool),
-        rt.pg.active_profile(req.tenant_id, req.user_id, limit=200),
+        rt.pg.active_profile(
+            req.tenant_id, req.user_id, dense, rt.settings.profile_min_similarity, limit=max(3, req.top_k // 3)
+        ),
     )
     # The index follows Postgres through memory.changes; drop what Postgres no
     # longer holds as active (e.g. a fact superseded a moment ago).
     live = await rt.pg.active_ids(req.tenant_id, req.user_id, [h.id for h in hits])
     hits = [h for h in hits if h.id in live and "type" in h.payload]
     best = max((h.score for h in hits), default=0.0)
-    profile = _profile(records, req, limit=max(3, req.top_k // 3))
+    profile = _profile(scored, req, limit=max(3, req.top_k // 3))
     candidates = profile + [_from_hit(h, best) for h in hits]
     chosen, used = pack(rank(candidates, req.query, datetime.now(UTC), weights), req.top_k, req.token_budget)
     metrics.RECALL_RESULTS.observe(len(chosen))

@@ -256,15 +256,25 @@ class PostgresStore:
 
     # --- memories: read side ----------------------------------------------
 
-    async def active_profile(self, tenant_id: str, user_id: str, limit: int) -> list[MemoryRecord]:
-        """Keyed facts and preferences: exact, no vectors, most important first."""
+    async def active_profile(
+        self, tenant_id: str, user_id: str, query: Sequence[float], min_similarity: float, limit: int
+    ) -> list[tuple[MemoryRecord, float]]:
+        """Keyed facts and preferences close to the query, with their cosine similarity.
+
+        Exact rows from the source of truth (the index may lag), scored by
+        pgvector over one user's profile: a few hundred rows at most.
+        """
         async with self.connection("active_profile") as conn:
             cur = await conn.execute(
-                f"""SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND status = 'active'
-                    AND type IN ('fact', 'preference') ORDER BY type, importance DESC, observed_at DESC LIMIT %s""",
-                (tenant_id, user_id, limit),
+                f"""SELECT * FROM (
+                        SELECT {_RECORD_COLUMNS}, 1 - (embedding <=> %s) AS similarity FROM memories
+                        WHERE tenant_id = %s AND user_id = %s AND status = 'active'
+                          AND type IN ('fact', 'preference') AND embedding IS NOT NULL
+                    ) scored WHERE similarity >= %s ORDER BY similarity DESC LIMIT %s""",
+                (np.asarray(query, dtype=np.float32), tenant_id, user_id, min_similarity, limit),
             )
-            return [record_from_row(r) for r in await cur.fetchall()]
+            rows = await cur.fetchall()
+            return [(record_from_row({k: v for k, v in r.items() if k != "similarity"}), r["similarity"]) for r in rows]
 
     async def active_ids(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> set[str]:
         """Which of these ids Postgres still holds as active (the index may lag behind)."""

@@ -55,9 +55,15 @@ async def turn_to_recall(base_url: str, bootstrap: str, tries: int, out: dict[st
         out.update(min=min(samples), max=max(samples))
 
 
-async def throughput(bootstrap: str, corpus: list[dict[str, Any]], out: dict[str, Any]) -> None:
-    """All turns as fast as the producer goes; done when every turn is in some change's provenance."""
-    expected = turn_ids(corpus)
+async def replay(bootstrap: str, events: list[dict[str, Any]], out: dict[str, Any], stall: float = 60.0) -> None:
+    """Produce `events` as fast as the producer goes; return when every turn is in some change's provenance.
+
+    Every turn ends up in at least one memory (its exchange memory or an
+    episode), so full coverage means the write path has finished with them.
+    If no change arrives for `stall` seconds (turns in the DLQ, a dead
+    stage), it gives up and reports `stalled` with the coverage reached.
+    """
+    expected = turn_ids(events)
     covered: set[str] = set()
     last_change = 0.0
     all_covered = asyncio.Event()
@@ -69,13 +75,17 @@ async def throughput(bootstrap: str, corpus: list[dict[str, Any]], out: dict[str
         if len(covered) == len(expected):
             all_covered.set()
 
-    out.update(turns=len(expected), users=len({e["user_id"] for e in corpus}))
+    out.update(turns=len(expected), users=len({e["user_id"] for e in events}))
     async with ChangeWatcher(bootstrap, on_change), TurnProducer(bootstrap) as producer:
         started = time.perf_counter()
         try:
-            await producer.send_raw(orjson.dumps(e) for e in corpus)
+            await producer.send_raw(orjson.dumps(e) for e in events)
             out["produce_seconds"] = time.perf_counter() - started
-            await all_covered.wait()
+            while not all_covered.is_set():
+                if time.perf_counter() - max(last_change, started + out["produce_seconds"]) > stall:
+                    out["stalled"] = True
+                    return
+                await asyncio.sleep(0.2)
             # Stragglers (reinforcements, later episodes) still count as its work.
             seen = last_change
             await asyncio.sleep(2.0)

@@ -74,7 +74,7 @@ def embedder_ceiling(corpus: list[dict[str, Any]], n: int = 2_000) -> dict[str, 
 async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], results: dict[str, Any]) -> None:
     url, kafka = stack.base_url, stack.bootstrap
     await _stage(results, "turn_to_recall_idle", 120, lambda o: pipeline.turn_to_recall(url, kafka, plan.idle_tries, o))
-    await _stage(results, "throughput", 300, lambda o: pipeline.throughput(kafka, corpus, o))
+    await _stage(results, "throughput", 300, lambda o: pipeline.replay(kafka, corpus, o))
     fresh_budget = plan.fresh_seconds + 90
     await _stage(
         results,

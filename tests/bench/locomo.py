@@ -1,0 +1,216 @@
+"""`make bench-locomo`: evidence recall on LoCoMo-format conversations, through the real pipeline.
+
+    python -m tests.bench.locomo [--data PATH] [--out FILE] [--base-url URL --bootstrap HOST:PORT]
+
+Each conversation is replayed through Kafka as one user's chat turns, every
+question is asked through POST /v1/recall, and the retrieved memories'
+provenance (the LoCoMo turn ids in `metadata.dia_id`) is scored against the
+question's evidence. The JSONL it writes is the format of
+`../shared/bench/locomo_score.py score`, which prints the same R@k figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from services.textutil import count_tokens
+from tests.bench.pipeline import replay
+from tests.bench.probe import wait_drained
+from tests.stack import embedded_stack
+
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "bench" / "locomo_dev.json"
+TENANT = "locomo"
+KS = (1, 5, 10, 25, 50)
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+_SESSION = re.compile(r"session_(\d+)")
+_DIA = re.compile(r"D:?(\d+):(\d+)")
+
+
+def session_time(text: str) -> datetime:
+    """LoCoMo's '1:56 pm on 8 May, 2023' as an aware datetime (UTC: the data has no zone)."""
+    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def sessions(conversation: dict[str, Any]) -> list[tuple[int, list[dict[str, Any]]]]:
+    numbered = [(int(m.group(1)), turns) for key, turns in conversation.items() if (m := _SESSION.fullmatch(key))]
+    return sorted(numbered, key=lambda pair: pair[0])
+
+
+def turn_text(turn: dict[str, Any]) -> str:
+    caption = turn.get("blip_caption")
+    return f"{turn['speaker']}: {turn['text']}" + (f" [shares {caption}]" if caption else "")
+
+
+def to_events(sample: dict[str, Any], user: str) -> list[dict[str, Any]]:
+    """One conversation as chat events: every turn a user turn, each session closed by session_end."""
+    conversation = sample["conversation"]
+    events: list[dict[str, Any]] = []
+    for number, turns in sessions(conversation):
+        session = f"{sample['sample_id']}-s{number}"
+        start = session_time(conversation[f"session_{number}_date_time"])
+        for index, turn in enumerate(turns):
+            events.append(
+                {
+                    "event_id": f"{user}-{turn['dia_id'].replace(':', '.')}",  # ':' is not allowed in ids
+                    "tenant_id": TENANT,
+                    "user_id": user,
+                    "session_id": session,
+                    "turn_index": index,
+                    "role": "user",
+                    "content": turn_text(turn),
+                    "ts": (start + timedelta(seconds=30 * index)).isoformat(),
+                    "metadata": {"dia_id": turn["dia_id"]},
+                }
+            )
+        end = start + timedelta(seconds=30 * len(turns))
+        events.append(
+            {
+                "type": "session_end",
+                "event_id": f"{user}-{session}-end",
+                "tenant_id": TENANT,
+                "user_id": user,
+                "session_id": session,
+                "ts": end.isoformat(),
+            }
+        )
+    return events
+
+
+def evidence_ids(raw: Iterable[str]) -> list[str]:
+    """Evidence as canonical 'D<session>:<turn>' ids; tolerates 'D:11:26' and 'D8:6; D9:17'."""
+    found = []
+    for entry in raw:
+        for token in re.split(r"[;,\s]+", entry.replace("(", "").replace(")", "")):
+            if m := _DIA.fullmatch(token.strip()):
+                found.append(f"D{int(m.group(1))}:{int(m.group(2))}")
+    return found
+
+
+def gold(samples: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[int, set[str]]]:
+    """Scorable questions: those with evidence that names turns of their conversation."""
+    out = {}
+    for sample in samples:
+        known = {t["dia_id"] for _, turns in sessions(sample["conversation"]) for t in turns}
+        for i, qa in enumerate(sample["qa"]):
+            evidence = set(evidence_ids(qa.get("evidence", []))) & known
+            if evidence:
+                out[(sample["sample_id"], i)] = (int(qa["category"]), evidence)
+    return out
+
+
+def recall_at_k(
+    results: list[dict[str, Any]], answers: dict[tuple[str, int], tuple[int, set[str]]]
+) -> dict[str, dict[str, float]]:
+    """Mean share of evidence turns covered by the top k memories, by category and overall."""
+    per_category: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for line in results:
+        key = (line["sample_id"], line["qa_index"])
+        if key not in answers:
+            continue
+        category, evidence = answers[key]
+        for k in KS:
+            covered = {d for memory in line["retrieved"][:k] for d in memory["source_dia_ids"]}
+            per_category[category][k].append(len(evidence & covered) / len(evidence))
+
+    def row(categories: list[int]) -> dict[str, float]:
+        n = sum(len(per_category[c][1]) for c in categories)
+        figures = {f"R@{k}": 100 * sum(sum(per_category[c][k]) for c in categories) / n for k in KS} if n else {}
+        return {"n": n, **figures}
+
+    table = {CATEGORIES[c]: row([c]) for c in (4, 1, 2, 3, 5)}
+    table["overall 1-4"] = row([1, 2, 3, 4])
+    table["overall 1-5"] = row([1, 2, 3, 4, 5])
+    return table
+
+
+def format_table(table: dict[str, dict[str, float]]) -> str:
+    lines = [f"{'category':<14}{'n':>6}" + "".join(f"{'R@' + str(k):>9}" for k in KS)]
+    for name, row in table.items():
+        if row["n"]:
+            lines.append(f"{name:<14}{row['n']:>6}" + "".join(f"{row[f'R@{k}']:>9.1f}" for k in KS))
+    return "\n".join(lines)
+
+
+def retrieved(memory: dict[str, Any]) -> dict[str, Any]:
+    dia_ids = [m["dia_id"] for m in memory["source"]["metadata"] if "dia_id" in m]
+    return {"source_dia_ids": dia_ids, "text": memory["text"], "tokens": count_tokens(memory["text"])}
+
+
+async def ask_all(base_url: str, samples: list[dict[str, Any]], users: dict[str, str]) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
+        for sample in samples:
+            for i, qa in enumerate(sample["qa"]):
+                body = {
+                    "tenant_id": TENANT,
+                    "user_id": users[sample["sample_id"]],
+                    "query": qa["question"],
+                    "top_k": 50,
+                    "token_budget": 64_000,  # the API maximum: rank decides, not the budget
+                }
+                response = await client.post("/v1/recall", json=body)
+                response.raise_for_status()
+                memories = response.json()["memories"]
+                lines.append(
+                    {"sample_id": sample["sample_id"], "qa_index": i, "retrieved": [retrieved(m) for m in memories]}
+                )
+    return lines
+
+
+async def run(
+    base_url: str, bootstrap: str, samples: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    run_id = uuid.uuid4().hex[:6]
+    users = {s["sample_id"]: f"{s['sample_id']}-{run_id}" for s in samples}
+    events = [e for s in samples for e in to_events(s, users[s["sample_id"]])]
+    stats: dict[str, Any] = {}
+    await replay(bootstrap, events, stats)
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+        stats["drained"] = await wait_drained(client, 300)
+    started = time.perf_counter()
+    lines = await ask_all(base_url, samples, users)
+    stats["questions"] = len(lines)
+    stats["ask_seconds"] = time.perf_counter() - started
+    return lines, stats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--out", type=Path, default=Path("bench-results/locomo.jsonl"))
+    parser.add_argument("--base-url", help="use a running stack instead of starting one")
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    args = parser.parse_args()
+    samples = json.loads(args.data.read_text())
+    started = time.perf_counter()
+    if args.base_url:
+        lines, stats = asyncio.run(run(args.base_url, args.bootstrap, samples))
+    else:
+        fast = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5"}
+        with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=8, extra_env=fast) as stack:
+            lines, stats = asyncio.run(run(stack.base_url, stack.bootstrap, samples))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    table = recall_at_k(lines, gold(samples))
+    stats["total_seconds"] = time.perf_counter() - started
+    args.out.with_suffix(".summary.json").write_text(json.dumps({"stats": stats, "recall": table}, indent=2))
+    print(json.dumps(stats, default=str))
+    print(format_table(table))
+    print(f"results: {args.out}  (score independently: python ../shared/bench/locomo_score.py score {args.out})")
+
+
+if __name__ == "__main__":
+    main()
