@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     recall_token_budget: int = 2_000
     recall_candidates: int = 50
     # MiniLM cosine above which a fact or preference is pinned ahead of the rest.
-    profile_min_similarity: float = 0.35
+    profile_min_similarity: float = 0.5
 
     gauge_refresh_seconds: float = 15.0
     lag_refresh_seconds: float = 5.0

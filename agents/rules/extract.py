@@ -10,6 +10,15 @@ from schemas import MemoryType
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _ENTITY = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
+# Words that say nothing about what is liked: "I love it!", "Yeah, I love to."
+_EMPTY_WORDS = frozenset(
+    """i me my mine it its this that these those you your we us our they them he she him her to so too yeah yes
+    oh wow really just a an the and or but very much lot lots do does did don't not never always usually would
+    rather i'd can't stand please all time favorite favourite fav is are was be prefer like love enjoy hate
+    dislike adore want one ones""".split()
+)
+_SPEAKER_LABEL = re.compile(r"^\s*[A-Z][\w .'-]{0,30}:\s+")
+_WORDS = re.compile(r"[a-z][a-z']*")
 _STOP_ENTITIES = frozenset(
     {"I", "I'm", "I've", "I'd", "The", "This", "That", "My", "We", "Our", "It", "Hi", "Hey", "Yes", "No", "Oh", "So"}
 )
@@ -66,10 +75,16 @@ def extract_facts(text: str) -> list[Extraction]:
     return list(out.values())
 
 
+def _has_object(sentence: str) -> bool:
+    """Whether the sentence names something liked, beyond the cue and pronouns."""
+    words = _WORDS.findall(_SPEAKER_LABEL.sub("", sentence).lower())
+    return any(w not in _EMPTY_WORDS for w in words)
+
+
 def extract_preferences(text: str) -> list[Extraction]:
     out: list[Extraction] = []
     for sentence in sentences(text):
-        if sentence.endswith("?") or not PREFERENCE_CUES.search(sentence):
+        if sentence.endswith("?") or not PREFERENCE_CUES.search(sentence) or not _has_object(sentence):
             continue
         negative = bool(NEGATIVE_CUES.search(sentence))
         out.append(

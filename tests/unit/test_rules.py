@@ -58,7 +58,18 @@ def test_preference_hits(text: str) -> None:
     assert text.rstrip(".") in found[0].text
 
 
-@pytest.mark.parametrize("text", ["Do you like jazz?", "The weather is nice today.", "She prefers tea."])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Do you like jazz?",
+        "The weather is nice today.",
+        "She prefers tea.",
+        "I love it!",
+        "Yeah, I love to.",
+        "Melanie: I love it.",
+        "I really like that one.",
+    ],
+)
 def test_preference_misses(text: str) -> None:
     assert extract_preferences(text) == []
 
