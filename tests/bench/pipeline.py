@@ -16,7 +16,7 @@ import httpx
 import orjson
 
 from services.producer import TurnProducer
-from tests.bench.corpus import SUBJECTS, turn_ids
+from tests.bench.corpus import SUBJECTS, sentence, turn_ids
 from tests.bench.probe import ChangeWatcher, percentiles
 from tests.stack import turn
 
@@ -106,12 +106,13 @@ async def freshness(
     poll would mostly measure the probes.
     """
     run = uuid.uuid4().hex[:6]
+    rng = random.Random(13)
     samples: list[float] = []
     misses = 0
 
-    async def probe(user: str, token: str, started: float) -> None:
+    async def probe(user: str, text: str, token: str, started: float) -> None:
         nonlocal misses
-        took = await _until_recalled(client, user, f"code word {token}", token, started, poll=0.1)
+        took = await _until_recalled(client, user, text, token, started, poll=0.1)
         if took is None:
             misses += 1
         else:
@@ -129,10 +130,11 @@ async def freshness(
         for i in range(count):
             await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
             user, token = f"fresh-{i % 50}-{run}", f"zq{run}x{i}"
-            text = f"Remember the code word {token} for the {random.choice(SUBJECTS)} club."
+            # Distinct sentences, found by their own text: this measures freshness, not ranking.
+            text = f"{sentence(rng, 6, 20)} Code word {token}."
             started = time.perf_counter()
             await producer.send_raw([orjson.dumps(turn(TENANT, user, f"f{i % 50}", i // 50, text))])
             if i % probe_every == 0:
-                probes.append(asyncio.create_task(probe(user, token, started)))
+                probes.append(asyncio.create_task(probe(user, text, token, started)))
         out["offered_turns_per_s"] = count / (time.perf_counter() - t0)
         await asyncio.gather(*probes)

@@ -85,8 +85,8 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
     await _stage(
         results,
         "seed",
-        330,
-        lambda o: recall_load.seed(url, kafka, plan.memories, plan.load_users, 300, o),
+        480,
+        lambda o: recall_load.seed(url, kafka, plan.memories, plan.load_users, 450, o),
     )
     await _stage(
         results,
