@@ -1,0 +1,222 @@
+"""Agents through Faust's test context: real agent code, real model and Qdrant engine, no broker.
+
+Outbound topics are recording sinks, so each test sees exactly what an agent
+would have produced, keyed, and what it sent to the DLQ with which reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import faust
+import orjson
+import pytest
+
+from agents.dlq import REASON_HEADER
+from agents.runtime import TOPIC_NAMES, Runtime, Topics
+from schemas import (
+    ChangeOp,
+    EvictedChunk,
+    MemoryCandidate,
+    MemoryChange,
+    MemoryRecord,
+    MemoryStatus,
+    MemoryType,
+    Provenance,
+    TurnEvent,
+)
+from services.config import Settings
+from services.stores.vector import Scope
+from services.textutil import stable_id
+from tests.stack import turn
+
+NOW = datetime(2026, 5, 1, tzinfo=UTC)
+
+
+@dataclass
+class Sink:
+    """Stands in for an outbound Kafka topic and records every send."""
+
+    name: str
+    sent: list[tuple[bytes, bytes, dict[str, bytes] | None]] = field(default_factory=list)
+
+    async def send(self, *, key: bytes, value: bytes, headers: dict[str, bytes] | None = None) -> asyncio.Future[None]:
+        self.sent.append((key, value, headers))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    def get_topic_name(self) -> str:
+        return self.name
+
+    def values(self) -> list[dict[str, Any]]:
+        return [orjson.loads(v) for _, v, _ in self.sent]
+
+    def reasons(self) -> list[bytes]:
+        return [h[REASON_HEADER] for _, _, h in self.sent if h]
+
+
+@dataclass
+class Harness:
+    app: faust.App
+    stage: str
+    topics: Topics
+    runtime: Runtime
+
+    def sink(self, attr: str) -> Sink:
+        sink: Sink = getattr(self.topics, attr)
+        return sink
+
+    async def feed(self, values: list[bytes], until: Callable[[], bool]) -> None:
+        """Put raw values on the agent's input topic; return once `until()` holds."""
+        async with self.app.agents[self.stage].test_context() as agent:
+            for value in values:
+                await agent.put(value, key=b"t:u", wait=False)
+            for _ in range(500):
+                if until():
+                    return
+                await asyncio.sleep(0.02)
+        raise AssertionError(f"{self.stage} never produced the expected output")
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Callable[[Any, str], Harness]]:
+    settings = Settings(data_dir=tmp_path, embed_batch_within=0.01, consolidate_batch_within=0.01)
+    runtime = Runtime.create(settings)
+
+    def build(stage_module: Any, source: str) -> Harness:
+        app = faust.App(
+            f"test-{stage_module.STAGE}", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False
+        )
+        inbound = app.topic(
+            TOPIC_NAMES[source], key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
+        sinks = {attr: Sink(name) for attr, name in TOPIC_NAMES.items() if attr != source}
+        topics = Topics(**{source: inbound}, **sinks)
+        stage_module.register(app, topics, runtime)
+        return Harness(app, stage_module.STAGE, topics, runtime)
+
+    yield build
+    await runtime.index.close()
+
+
+async def test_rules_agent_turns_a_user_turn_into_keyed_candidates(harness: Callable[[Any, str], Harness]) -> None:
+    from agents.rules import agent
+
+    h = harness(agent, "turns")
+    out = h.sink("candidates")
+    said = turn("t", "u", "s", 0, "I love green tea and I live in Berlin.")
+    assistant = turn("t", "u", "s", 1, "Noted, I love that too.", role="assistant")
+    await h.feed([orjson.dumps(assistant), b"{broken", orjson.dumps(said)], lambda: len(out.sent) >= 3)
+    texts = {c["text"]: c["type"] for c in out.values()}
+    assert texts == {
+        "User lives in Berlin": "fact",
+        "User preference: I love green tea and I live in Berlin.": "preference",
+        "I love green tea and I live in Berlin.": "exchange",
+    }
+    assert {key for key, _, _ in out.sent} == {b"t:u"}
+    # The window stage owns DLQ duty for chat.turns, so the broken message lands there once, not here.
+    assert h.sink("dlq").sent == []
+
+
+async def test_summarizer_agent_writes_an_episode_and_dead_letters_a_bad_chunk(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    from agents.summarizer import agent
+
+    h = harness(agent, "evicted")
+    turns = [
+        TurnEvent.model_validate({**turn("t", "u", "s", i, text), "event_id": f"e{i}"})
+        for i, text in enumerate(["We planned the Lisbon trip for June.", "Flights are booked.", "Hotel next."])
+    ]
+    chunk = EvictedChunk(tenant_id="t", user_id="u", session_id="s", reason="trimmed", turns=turns, cause=["e2"])
+    out, dlq = h.sink("candidates"), h.sink("dlq")
+    await h.feed(
+        [b'{"tenant_id": "t"}', orjson.dumps(chunk.model_dump(mode="json"))],
+        lambda: bool(out.sent) and bool(dlq.sent),
+    )
+    (episode,) = out.values()
+    assert episode["type"] == "episode"
+    assert episode["source"]["event_ids"] == [t.event_id for t in turns]
+    assert dlq.reasons() == [b"schema_violation"]
+
+
+def _candidate(text: str) -> MemoryCandidate:
+    return MemoryCandidate(
+        candidate_id=stable_id(text),
+        tenant_id="t",
+        user_id="u",
+        type=MemoryType.EXCHANGE,
+        text=text,
+        importance=0.3,
+        confidence=1.0,
+        observed_at=NOW,
+        source=Provenance(session_id="s", event_ids=[f"ev-{text[:5]}"]),
+        extractor="test",
+    )
+
+
+async def test_embedder_agent_embeds_a_batch_with_the_real_model(harness: Callable[[Any, str], Harness]) -> None:
+    from agents.embedder import agent
+
+    h = harness(agent, "candidates")
+    out = h.sink("embedded")
+    texts = ["I walk the dog at seven.", "Berlin is cold in winter.", "Tea, not coffee."]
+    values = [orjson.dumps(_candidate(t).model_dump(mode="json")) for t in texts]
+    await h.feed(values, lambda: len(out.sent) == 3)
+    embedded = out.values()
+    assert [e["candidate"]["text"] for e in embedded] == texts
+    assert {len(e["vector"]) for e in embedded} == {384}
+    assert all(abs(sum(x * x for x in e["vector"]) - 1.0) < 1e-3 for e in embedded)
+
+
+def _change(text: str, vector: list[float]) -> bytes:
+    candidate = _candidate(text)
+    record = MemoryRecord(
+        id=candidate.candidate_id,
+        tenant_id="t",
+        user_id="u",
+        type=MemoryType.EXCHANGE,
+        text=text,
+        content_hash=stable_id("hash", text),
+        importance=0.3,
+        confidence=1.0,
+        status=MemoryStatus.ACTIVE,
+        observed_at=NOW,
+        created_at=NOW,
+        updated_at=NOW,
+        source=candidate.source,
+    )
+    change = MemoryChange(
+        tenant_id="t",
+        user_id="u",
+        op=ChangeOp.ADDED,
+        record=record,
+        vector=vector,
+        cause=candidate.source.event_ids,
+        committed_at=NOW,
+    )
+    return orjson.dumps(change.model_dump(mode="json"))
+
+
+async def test_qdrant_sink_indexes_good_changes_and_dead_letters_a_poison_one(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    from agents.qdrant_sink import agent
+
+    h = harness(agent, "changes")
+    await h.runtime.index.ensure(4)
+    dlq = h.sink("dlq")
+    good = [_change("green tea in the morning", [1.0, 0.0, 0.0, 0.0]), _change("dog walks", [0.0, 1.0, 0.0, 0.0])]
+    poison = _change("wrong dimension", [1.0, 0.0])  # the index refuses it
+    # Poison last: the batch fails, is retried item by item, and the DLQ send comes after both good ones.
+    await h.feed([*good, poison], lambda: bool(dlq.sent))
+    hits = await h.runtime.index.search(Scope("t", "u"), [1.0, 0.0, 0.0, 0.0], h.runtime.bm25.query("tea"), 10)
+    assert {hit.payload["text"] for hit in hits} == {"green tea in the morning", "dog walks"}
+    assert dlq.reasons() == [b"processing_error"]
+    assert orjson.loads(dlq.sent[0][1])["record"]["text"] == "wrong dimension"
