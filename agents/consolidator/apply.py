@@ -59,12 +59,9 @@ def reinforced(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> 
 
 async def _neighbours(pg: PostgresStore, conn: Conn, item: EmbeddedCandidate) -> Neighbours:
     c = item.candidate
-    same_id = await pg.get(conn, c.tenant_id, c.user_id, c.candidate_id)
-    same_content = await pg.find_same_content(conn, c.tenant_id, c.user_id, c.type, content_hash(c.text))
-    active_fact = None
-    if c.type is MemoryType.FACT and c.category and c.key_name:
-        active_fact = await pg.find_active_fact(conn, c.tenant_id, c.user_id, c.category, c.key_name)
-    return Neighbours(same_id=same_id, same_content=same_content, active_fact=active_fact)
+    fact_key = (c.category, c.key_name) if c.type is MemoryType.FACT and c.category and c.key_name else None
+    found = await pg.neighbours(conn, c.tenant_id, c.user_id, c.candidate_id, c.type, content_hash(c.text), fact_key)
+    return Neighbours(same_id=found.get("id"), same_content=found.get("content"), active_fact=found.get("fact"))
 
 
 def _change(record: MemoryRecord, op: ChangeOp, item: EmbeddedCandidate, now: datetime) -> MemoryChange:

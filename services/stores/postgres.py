@@ -178,35 +178,44 @@ class PostgresStore:
 
     # --- memories: consolidator side --------------------------------------
 
-    async def get(self, conn: Conn, tenant_id: str, user_id: str, memory_id: str) -> MemoryRecord | None:
-        cur = await conn.execute(
-            f"SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s",
-            (tenant_id, user_id, memory_id),
-        )
-        row = await cur.fetchone()
-        return None if row is None else record_from_row(row)
+    async def neighbours(
+        self,
+        conn: Conn,
+        tenant_id: str,
+        user_id: str,
+        memory_id: str,
+        type_: MemoryType,
+        digest: str,
+        fact_key: tuple[str, str] | None,
+    ) -> dict[str, MemoryRecord]:
+        """The rows a consolidation decision needs, in one round trip.
 
-    async def find_same_content(
-        self, conn: Conn, tenant_id: str, user_id: str, type_: MemoryType, digest: str
-    ) -> MemoryRecord | None:
+        Keys: "id" (same id, any status), "content" (active, same type and
+        content hash), "fact" (the active fact with this category/key).
+        """
+        category, key_name = fact_key or (None, None)
         cur = await conn.execute(
-            f"""SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND type = %s
-                AND content_hash = %s AND status = 'active' LIMIT 1""",
-            (tenant_id, user_id, type_.value, digest),
+            f"""SELECT 'id' AS hit, {_RECORD_COLUMNS} FROM memories
+                    WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = %(id)s
+                UNION ALL (SELECT 'content', {_RECORD_COLUMNS} FROM memories
+                    WHERE tenant_id = %(t)s AND user_id = %(u)s AND type = %(type)s AND content_hash = %(hash)s
+                      AND status = 'active' LIMIT 1)
+                UNION ALL SELECT 'fact', {_RECORD_COLUMNS} FROM memories
+                    WHERE tenant_id = %(t)s AND user_id = %(u)s AND type = 'fact' AND category = %(cat)s
+                      AND key_name = %(key)s AND status = 'active'""",
+            {
+                "t": tenant_id,
+                "u": user_id,
+                "id": memory_id,
+                "type": type_.value,
+                "hash": digest,
+                "cat": category,
+                "key": key_name,
+            },
         )
-        row = await cur.fetchone()
-        return None if row is None else record_from_row(row)
-
-    async def find_active_fact(
-        self, conn: Conn, tenant_id: str, user_id: str, category: str, key_name: str
-    ) -> MemoryRecord | None:
-        cur = await conn.execute(
-            f"""SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND type = 'fact'
-                AND category = %s AND key_name = %s AND status = 'active'""",
-            (tenant_id, user_id, category, key_name),
-        )
-        row = await cur.fetchone()
-        return None if row is None else record_from_row(row)
+        return {
+            row["hit"]: record_from_row({k: v for k, v in row.items() if k != "hit"}) for row in await cur.fetchall()
+        }
 
     async def superseded_by(self, conn: Conn, tenant_id: str, user_id: str, memory_id: str) -> list[MemoryRecord]:
         cur = await conn.execute(
