@@ -129,14 +129,14 @@ def turn(
     }
 
 
-def session_end(tenant: str, user: str, session: str) -> dict[str, Any]:
+def session_end(tenant: str, user: str, session: str, ts: datetime | None = None) -> dict[str, Any]:
     return {
         "type": "session_end",
         "event_id": f"{session}-end",
         "tenant_id": tenant,
         "user_id": user,
         "session_id": session,
-        "ts": (datetime.now(UTC) + timedelta(seconds=1)).isoformat(),
+        "ts": (ts or datetime.now(UTC) + timedelta(seconds=1)).isoformat(),
     }
 
 

@@ -13,6 +13,8 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 
+from tests.stack import session_end, turn
+
 WORDS = (
     "the a I my we you it this that some about after before with for from into over today tomorrow yesterday "
     "coffee tea Berlin work project meeting dog cat music running book movie family weekend trip dinner code "
@@ -46,20 +48,6 @@ def _user_text(rng: random.Random) -> str:
     return sentence(rng, 5, 40)
 
 
-def _event(tenant: str, user: str, session: str, index: int, role: str, content: str, ts: datetime) -> dict[str, Any]:
-    return {
-        "event_id": f"{session}-{index}",
-        "tenant_id": tenant,
-        "user_id": user,
-        "session_id": session,
-        "turn_index": index,
-        "role": role,
-        "content": content,
-        "ts": ts.isoformat(),
-        "metadata": {"corpus": "bench"},
-    }
-
-
 def conversations(turns: int, users: int, tenant: str = "bench", seed: int = 11) -> list[dict[str, Any]]:
     """`turns` chat turns over `users` users in sessions of 6-40 turns, each closed by session_end.
 
@@ -80,10 +68,12 @@ def conversations(turns: int, users: int, tenant: str = "bench", seed: int = 11)
         for i in range(length):
             role = "user" if i % 2 == 0 else "assistant"
             text = _user_text(rng) if role == "user" else sentence(rng, 15, 80)
-            per_user[u].append(_event(tenant, user, session, i, role, text, now))
+            # Deterministic ids: the run id in the session name keeps them unique.
+            per_user[u].append(
+                {**turn(tenant, user, session, i, text, role, now, corpus="bench"), "event_id": f"{session}-{i}"}
+            )
         made += length
-        end = {"type": "session_end", "event_id": f"{session}-end", "tenant_id": tenant, "user_id": user}
-        per_user[u].append({**end, "session_id": session, "ts": now.isoformat()})
+        per_user[u].append(session_end(tenant, user, session, now))
     out: list[dict[str, Any]] = []
     while any(per_user):
         for queue in per_user:

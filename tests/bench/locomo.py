@@ -29,7 +29,7 @@ import httpx
 from services.textutil import count_tokens
 from tests.bench.pipeline import replay
 from tests.bench.probe import wait_drained
-from tests.stack import embedded_stack
+from tests.stack import embedded_stack, session_end, turn
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "bench" / "locomo_dev.json"
 TENANT = "locomo"
@@ -61,31 +61,12 @@ def to_events(sample: dict[str, Any], user: str) -> list[dict[str, Any]]:
     for number, turns in sessions(conversation):
         session = f"{sample['sample_id']}-s{number}"
         start = session_time(conversation[f"session_{number}_date_time"])
-        for index, turn in enumerate(turns):
-            events.append(
-                {
-                    "event_id": f"{user}-{turn['dia_id'].replace(':', '.')}",  # ':' is not allowed in ids
-                    "tenant_id": TENANT,
-                    "user_id": user,
-                    "session_id": session,
-                    "turn_index": index,
-                    "role": "user",
-                    "content": turn_text(turn),
-                    "ts": (start + timedelta(seconds=30 * index)).isoformat(),
-                    "metadata": {"dia_id": turn["dia_id"]},
-                }
-            )
-        end = start + timedelta(seconds=30 * len(turns))
-        events.append(
-            {
-                "type": "session_end",
-                "event_id": f"{user}-{session}-end",
-                "tenant_id": TENANT,
-                "user_id": user,
-                "session_id": session,
-                "ts": end.isoformat(),
-            }
-        )
+        for index, said in enumerate(turns):
+            at = start + timedelta(seconds=30 * index)
+            event = turn(TENANT, user, session, index, turn_text(said), "user", at, dia_id=said["dia_id"])
+            # Stable ids from the dataset (':' is not allowed in ids).
+            events.append({**event, "event_id": f"{user}-{said['dia_id'].replace(':', '.')}"})
+        events.append(session_end(TENANT, user, session, start + timedelta(seconds=30 * len(turns))))
     return events
 
 
