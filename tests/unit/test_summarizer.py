@@ -2,26 +2,14 @@ from datetime import UTC, datetime, timedelta
 
 from agents.summarizer.candidates import episode_candidate
 from agents.summarizer.extractive import summarize
-from schemas import EvictedChunk, Role, TurnEvent
+from schemas import EvictedChunk, TurnEvent
+from tests.factories import turn_event
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 
 def turns(*texts: str) -> list[TurnEvent]:
-    return [
-        TurnEvent(
-            event_id=f"e{i}",
-            tenant_id="t",
-            user_id="u",
-            session_id="s",
-            turn_index=i,
-            role=Role.USER if i % 2 == 0 else Role.ASSISTANT,
-            content=text,
-            ts=T0 + timedelta(minutes=i),
-            metadata={"dia_id": f"D1:{i}"},
-        )
-        for i, text in enumerate(texts)
-    ]
+    return [turn_event(i, text, timedelta(minutes=1), T0, dia_id=f"D1:{i}") for i, text in enumerate(texts)]
 
 
 def test_summary_keeps_the_salient_sentences_in_order() -> None:

@@ -1,25 +1,13 @@
-from datetime import UTC, datetime, timedelta
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.window.logic import WindowLimits, append_turn, trim, window_tokens
-from schemas import Role, TurnEvent
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
+from schemas import TurnEvent
+from tests.factories import turn_event
 
 
 def turn(i: int, words: int = 5) -> TurnEvent:
-    return TurnEvent(
-        event_id=f"e{i}",
-        tenant_id="t",
-        user_id="u",
-        session_id="s",
-        turn_index=i,
-        role=Role.USER if i % 2 == 0 else Role.ASSISTANT,
-        content=" ".join(["word"] * words),
-        ts=T0 + timedelta(seconds=i),
-    )
+    return turn_event(i, " ".join(["word"] * words))
 
 
 def test_under_limits_nothing_is_evicted() -> None:
