@@ -46,7 +46,7 @@ def _from_hit(hit: Hit, best: float) -> Candidate:
     )
 
 
-def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest, limit: int) -> list[Candidate]:
+def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest) -> list[Candidate]:
     """The profile section: facts, then preferences, each by closeness to the query.
 
     Only memories close to the query get here; the rest of the profile still
@@ -54,7 +54,7 @@ def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest, limit
     stated likes does not have them fill every answer.
     """
     wanted = set(req.types or PROFILE_TYPES)
-    chosen = [(r, sim) for r, sim in scored if r.type in wanted][:limit]
+    chosen = [(r, sim) for r, sim in scored if r.type in wanted]
     chosen.sort(key=lambda pair: (pair[0].type is not MemoryType.FACT, -pair[1]))
     return [_from_record(r, sim) for r, sim in chosen]
 
@@ -84,9 +84,9 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights) -> RecallRes
     # The index follows Postgres through memory.changes; drop what Postgres no
     # longer holds as active (e.g. a fact superseded a moment ago).
     live = await rt.pg.active_ids(req.tenant_id, req.user_id, [h.id for h in hits])
-    hits = [h for h in hits if h.id in live and "type" in h.payload]
+    hits = [h for h in hits if h.id in live]
     best = max((h.score for h in hits), default=0.0)
-    profile = _profile(scored, req, limit=max(3, req.top_k // 3))
+    profile = _profile(scored, req)
     candidates = profile + [_from_hit(h, best) for h in hits]
     chosen, used = pack(rank(candidates, req.query, datetime.now(UTC), weights), req.top_k, req.token_budget)
     metrics.RECALL_RESULTS.observe(len(chosen))

@@ -34,7 +34,8 @@ access_count, reinforcement_count, version"""
 
 
 def record_from_row(row: dict[str, Any]) -> MemoryRecord:
-    fields = {k: row[k] for k in row if k not in {"provenance", "source_session_id", "embedding"}}
+    """A record from a row holding at least _RECORD_COLUMNS; extra computed columns are ignored."""
+    fields = {k: row[k] for k in MemoryRecord.model_fields if k in row}
     return MemoryRecord(source=Provenance.model_validate(row["provenance"]), **fields)
 
 
@@ -213,9 +214,7 @@ class PostgresStore:
                 "key": key_name,
             },
         )
-        return {
-            row["hit"]: record_from_row({k: v for k, v in row.items() if k != "hit"}) for row in await cur.fetchall()
-        }
+        return {row["hit"]: record_from_row(row) for row in await cur.fetchall()}
 
     async def superseded_by(self, conn: Conn, tenant_id: str, user_id: str, memory_id: str) -> list[MemoryRecord]:
         cur = await conn.execute(
@@ -283,7 +282,7 @@ class PostgresStore:
                 (np.asarray(query, dtype=np.float32), tenant_id, user_id, min_similarity, limit),
             )
             rows = await cur.fetchall()
-            return [(record_from_row({k: v for k, v in r.items() if k != "similarity"}), r["similarity"]) for r in rows]
+            return [(record_from_row(r), r["similarity"]) for r in rows]
 
     async def active_ids(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> set[str]:
         """Which of these ids Postgres still holds as active (the index may lag behind)."""

@@ -83,8 +83,8 @@ class EdgeIndex:
             with_payload=True,
         )
         started = time.perf_counter()
-        # Queries share the lock with updates: a read racing an upsert on
-        # another thread could see a point before its payload.
+        # Updates run in a worker thread; queries wait for them, so a read
+        # never sees half of a batch.
         async with self._lock:
             points = self.shard.query(request)
         metrics.STORE_LATENCY.labels(store="qdrant", operation="search").observe(time.perf_counter() - started)
