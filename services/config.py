@@ -26,6 +26,10 @@ class Settings(BaseSettings):
 
     pg_dsn: str = "postgresql://memstream@127.0.0.1:5433/memstream"
     pg_pool_size: int = 4
+    # Seconds to open a connection / wait for a free pooled one: an outage
+    # must surface fast (StoreUnavailable), not hang a request or a batch.
+    pg_connect_timeout: float = 2.0
+    pg_pool_timeout: float = 2.0
 
     # None means the embedded Qdrant Edge shard under data_dir/qdrant.
     qdrant_url: str | None = None
@@ -33,6 +37,10 @@ class Settings(BaseSettings):
 
     http_host: str = "127.0.0.1"
     http_port: int = 8080
+    # Larger request bodies get 413; a request taking longer gets 503.
+    http_max_body_bytes: int = 1024 * 1024
+    http_request_timeout: float = 2.0
+    readyz_timeout: float = 1.0
     worker_metrics_port: int = 9464
 
     window_max_tokens: int = 12_000
@@ -40,6 +48,11 @@ class Settings(BaseSettings):
     window_keep_last: int = 3
 
     max_content_bytes: int = 64 * 1024
+    # Largest message memstream produces (Kafka's default limit is 1 MiB):
+    # evicted chunks are split below it, DLQ copies truncated to it.
+    max_message_bytes: int = 900 * 1024
+    # Longest wait between retries of a batch while a store is down.
+    retry_max_backoff: float = 30.0
     # When set, events of any other tenant go to the DLQ as unknown_tenant.
     tenants: frozenset[str] | None = None
 
