@@ -8,10 +8,11 @@ from __future__ import annotations
 import faust
 
 from agents import consolidator, embedder, housekeeping, qdrant_sink, rules, summarizer, window
-from agents.runtime import Runtime, Topics
+from agents.topics import Topics
 from agents.transport import Transport
 from services import metrics
 from services.config import Settings
+from services.runtime import Runtime
 
 STAGES = (window, rules, summarizer, embedder, consolidator, qdrant_sink)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import faust
 
-from agents.runtime import Runtime
 from services import metrics
 from services.config import Settings
+from services.runtime import Runtime
 
 
 def partition_lag(end: int | None, committed: int | None) -> int | None:

@@ -8,8 +8,9 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from schemas import SessionEvent, TurnEvent, dumps, partition_key
+from services import topics
 
-TURNS_TOPIC = "chat.turns"
+TURNS_TOPIC = topics.TURNS
 
 
 def key_of(raw: bytes) -> bytes:

@@ -16,10 +16,10 @@ import uvicorn
 from prometheus_client import start_http_server
 
 from agents.app import build_app
-from agents.runtime import Runtime
 from services.api.app import create_app
 from services.api.health import Readiness
 from services.config import Settings
+from services.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

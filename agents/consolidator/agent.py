@@ -11,10 +11,11 @@ import faust
 
 from agents.consolidator.apply import apply_candidate
 from agents.consolidator.decide import Action
-from agents.runtime import Runtime, Topics
 from agents.stage import batched_agent, forward
+from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryChange
 from services import metrics
+from services.runtime import Runtime
 
 STAGE = "consolidator"
 

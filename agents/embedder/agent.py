@@ -6,9 +6,10 @@ import asyncio
 
 import faust
 
-from agents.runtime import Runtime, Topics
 from agents.stage import batched_agent, forward
+from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryCandidate
+from services.runtime import Runtime
 
 STAGE = "embedder"
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import faust
 
-from agents.runtime import Runtime, Topics
 from agents.stage import batched_agent
+from agents.topics import Topics
 from schemas import MemoryChange, MemoryRecord, MemoryStatus
 from services import metrics
+from services.runtime import Runtime
 from services.stores.vector import IndexedMemory, Sparse
 
 STAGE = "qdrant_sink"

@@ -12,10 +12,11 @@ import faust
 
 from agents.ingest import parse_chat_event
 from agents.rules.candidates import candidates_for_turn
-from agents.runtime import Runtime, Topics
 from agents.stage import deliver, forward, span
+from agents.topics import Topics
 from schemas import TurnEvent
 from services.errors import InvalidEvent
+from services.runtime import Runtime
 
 STAGE = "rules"
 

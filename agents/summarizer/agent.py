@@ -6,10 +6,11 @@ from typing import Any
 
 import faust
 
-from agents.runtime import Runtime, Topics
 from agents.stage import deliver, forward, parse_or_dlq, span
 from agents.summarizer.candidates import episode_candidate
+from agents.topics import Topics
 from schemas import EvictedChunk
+from services.runtime import Runtime
 
 STAGE = "summarizer"
 

@@ -9,12 +9,13 @@ import faust
 
 from agents.dlq import send_to_dlq
 from agents.ingest import REASONS, parse_chat_event
-from agents.runtime import Runtime, Topics
 from agents.stage import deliver, forward, span
+from agents.topics import Topics
 from agents.window.logic import WindowLimits, append_turn, window_tokens
 from schemas import EvictedChunk, SessionEvent, TurnEvent
 from services import metrics
 from services.errors import InvalidEvent
+from services.runtime import Runtime
 
 STAGE = "window"
 log = logging.getLogger(__name__)

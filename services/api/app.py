@@ -10,7 +10,6 @@ from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agents.runtime import Runtime
 from schemas import MemoryStatus, MemoryType
 from services import metrics
 from services.api.health import Readiness
@@ -18,6 +17,7 @@ from services.api.models import History, MemoryList, RecallRequest, RecallRespon
 from services.api.ranking import Weights
 from services.api.recall import recall, working
 from services.errors import StoreError
+from services.runtime import Runtime
 
 TenantQ = Annotated[str, Query(min_length=1, max_length=200, description="Tenant that owns the memory")]
 UserQ = Annotated[str, Query(min_length=1, max_length=200)]

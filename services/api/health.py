@@ -7,7 +7,7 @@ import logging
 
 from aiokafka import AIOKafkaClient
 
-from agents.runtime import Runtime
+from services.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,11 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from agents.runtime import Runtime
 from schemas import MemoryRecord, MemoryType
 from services import metrics
 from services.api.models import RecalledMemory, RecallRequest, RecallResponse, Source, WorkingTurn, WorkingWindow
 from services.api.ranking import Candidate, Weights, pack, prompt_block, rank
+from services.runtime import Runtime
 from services.stores.vector import Hit, Scope
 
 PROFILE_TYPES = (MemoryType.FACT, MemoryType.PREFERENCE)

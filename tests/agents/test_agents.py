@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from agents.dlq import REASON_HEADER
-from agents.runtime import TOPIC_NAMES, Runtime, Topics
+from agents.topics import Topics
 from schemas import (
     ChangeOp,
     EvictedChunk,
@@ -31,8 +31,10 @@ from schemas import (
     TurnEvent,
 )
 from services.config import Settings
+from services.runtime import Runtime
 from services.stores.vector import Scope
 from services.textutil import stable_id
+from services.topics import BY_ROLE as TOPIC_NAMES
 from tests.stack import turn
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)

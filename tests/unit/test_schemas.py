@@ -29,3 +29,12 @@ def test_memory_ids_must_be_uuids() -> None:
     assert MemoryCandidate.model_validate(good).candidate_id == stable_id("x")
     with pytest.raises(ValidationError, match="candidate_id"):
         MemoryCandidate.model_validate({**good, "candidate_id": "seed-4"})
+
+
+def test_topic_names_in_code_are_the_ones_topics_yaml_declares() -> None:
+    from ops.topics import load_specs
+    from services import topics
+    from tests.stack import ROOT
+
+    declared = {spec.name for spec in load_specs(ROOT / "topics.yaml")}
+    assert set(topics.BY_ROLE.values()) == declared

@@ -1,46 +1,15 @@
-"""What agents share in one worker process: settings, stores, model, topics."""
+"""What one process shares: settings, stores and the model (no Faust here: the read service uses it too)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
-
-import faust
 
 from services.config import Settings
 from services.embedding import CachedEmbedder, Embedder, MiniLmEmbedder
 from services.stores import open_vector_index
 from services.stores.postgres import PostgresStore, migrate
 from services.stores.vector import Bm25Encoder, VectorIndex
-
-TOPIC_NAMES = {
-    "turns": "chat.turns",
-    "evicted": "memory.evicted",
-    "candidates": "memory.candidates",
-    "embedded": "memory.embedded",
-    "commands": "memory.commands",
-    "changes": "memory.changes",
-    "dlq": "memory.dlq",
-}
-
-
-@dataclass
-class Topics:
-    turns: Any
-    evicted: Any
-    candidates: Any
-    embedded: Any
-    commands: Any
-    changes: Any
-    dlq: Any
-
-    @classmethod
-    def declare(cls, app: faust.App) -> Topics:
-        def raw(name: str) -> Any:
-            return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
-
-        return cls(**{attr: raw(name) for attr, name in TOPIC_NAMES.items()})
 
 
 @dataclass

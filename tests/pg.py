@@ -1,0 +1,72 @@
+"""A real embedded Postgres for store tests: started once per session, a fresh database per test."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from ops.embedded import Child, ensure_database, postgres_child, wait_until
+from services.config import Settings
+
+
+@dataclass
+class PgServer:
+    """A running server; `database()` hands out empty, migrated-on-demand databases."""
+
+    dsn: str
+    child: Child
+
+    def database(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        dsn = psycopg.conninfo.make_conninfo(self.dsn, dbname=name)
+        ensure_database(dsn)
+        return dsn
+
+    def pause(self) -> None:
+        """SIGSTOP the postmaster and its backends: an outage that keeps sockets open."""
+        self._signal_all("STOP")
+
+    def resume(self) -> None:
+        self._signal_all("CONT")
+
+    def _signal_all(self, sig: str) -> None:
+        assert self.child.proc is not None
+        os.killpg(self.child.proc.pid, getattr(signal, f"SIG{sig}"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def embedded_postgres(data_dir: Path) -> Iterator[PgServer]:
+    port = _free_port()
+    settings = Settings(data_dir=data_dir, pg_dsn=f"postgresql://memstream@127.0.0.1:{port}/memstream")
+    (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    child = postgres_child(settings, data_dir / "logs")
+    child.start()
+    try:
+        admin = psycopg.conninfo.make_conninfo(settings.pg_dsn, dbname="postgres", connect_timeout=2)
+
+        def ready() -> bool:
+            with psycopg.connect(admin) as conn:
+                conn.execute("SELECT 1")
+            return True
+
+        wait_until(ready, 60, "test postgres")
+        yield PgServer(settings.pg_dsn, child)
+    finally:
+        if child.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.proc.pid, signal.SIGCONT)
+        child.stop(signal.SIGINT)
