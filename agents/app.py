@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import faust
 
-from agents import consolidator, embedder, housekeeping, qdrant_sink, rules, summarizer, window
+from agents import consolidator, embedder, housekeeping, qdrant_sink, summarizer, window
+from agents.outbox import register_relay
 from agents.topics import Topics
 from agents.transport import Transport
 from services import metrics
 from services.config import Settings
 from services.runtime import Runtime
 
-STAGES = (window, rules, summarizer, embedder, consolidator, qdrant_sink)
+STAGES = (window, summarizer, embedder, consolidator, qdrant_sink)
 
 
 def build_app(settings: Settings, runtime: Runtime) -> tuple[faust.App, Topics]:
@@ -42,4 +43,5 @@ def build_app(settings: Settings, runtime: Runtime) -> tuple[faust.App, Topics]:
         metrics.declare_stage(stage.agent.STAGE)
         stage.agent.register(app, topics, runtime)
     housekeeping.register(app, settings, runtime)
+    register_relay(app, runtime, topics.by_name(), settings.outbox_relay_seconds)
     return app, topics

@@ -1,10 +1,17 @@
 """Poison messages go to `memory.dlq`: original bytes as the value, the reason in headers.
 
-Keeping the value byte-for-byte lets an operator fix and re-produce it.
+Keeping the value byte-for-byte lets an operator fix and re-produce it. When
+the original cannot fit under the broker's message limit, the DLQ keeps a
+truncated copy and says so: `x-memstream-original-size` and
+`x-memstream-sha256` identify the original. The send is awaited, so the
+source offset is committed only once the DLQ holds the message; the source
+topic, partition and offset headers let a reader drop the duplicate a crash
+between the two may leave.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -13,20 +20,46 @@ from services import metrics
 log = logging.getLogger(__name__)
 
 REASON_HEADER = "x-memstream-reason"
+_ERROR_CHARS = 2000
+_MAX_KEY_BYTES = 1024
+# Room for headers and the record envelope under the message limit.
+_OVERHEAD = 8 * 1024
 
 
-async def send_to_dlq(dlq_topic: Any, event: Any, *, stage: str, reason: str, error: str) -> None:
-    message = event.message
-    headers = {
-        REASON_HEADER: reason.encode(),
-        "x-memstream-error": error[:2000].encode(),
-        "x-memstream-stage": stage.encode(),
-        "x-memstream-source-topic": str(message.topic).encode(),
-        "x-memstream-source-partition": str(message.partition).encode(),
-        "x-memstream-source-offset": str(message.offset).encode(),
+def _fit(raw: bytes | None, limit: int) -> tuple[bytes | None, dict[str, bytes]]:
+    if raw is None or len(raw) <= limit:
+        return raw, {}
+    return raw[:limit], {
+        "x-memstream-truncated": b"1",
+        "x-memstream-original-size": str(len(raw)).encode(),
+        "x-memstream-sha256": hashlib.sha256(raw).hexdigest().encode(),
     }
-    await dlq_topic.send(key=event.key, value=event.value, headers=headers)
-    metrics.DLQ.labels(stage=stage, reason=reason).inc()
-    log.warning(
-        "dlq stage=%s reason=%s offset=%s/%s: %s", stage, reason, message.partition, message.offset, error[:200]
-    )
+
+
+class DeadLetters:
+    """memory.dlq as a stage sees it: one call per poison message, bounded and awaited."""
+
+    def __init__(self, topic: Any, max_message_bytes: int) -> None:
+        self.topic = topic
+        self._value_limit = max(max_message_bytes - _OVERHEAD, 1024)
+
+    async def send(self, event: Any, *, stage: str, reason: str, error: str) -> None:
+        message = event.message
+        value, value_headers = _fit(event.value, self._value_limit)
+        key, _ = _fit(event.key, _MAX_KEY_BYTES)
+        headers = {
+            REASON_HEADER: reason.encode(),
+            "x-memstream-error": error[:_ERROR_CHARS].encode("utf-8", "replace"),
+            "x-memstream-stage": stage.encode(),
+            "x-memstream-source-topic": str(message.topic).encode(),
+            "x-memstream-source-partition": str(message.partition).encode(),
+            "x-memstream-source-offset": str(message.offset).encode(),
+            **value_headers,
+        }
+        delivered = await self.topic.send(key=key, value=value, headers=headers)
+        if delivered is not None:
+            await delivered  # the broker has it before the source offset may be committed
+        metrics.DLQ.labels(stage=stage, reason=reason).inc()
+        log.warning(
+            "dlq stage=%s reason=%s offset=%s/%s: %s", stage, reason, message.partition, message.offset, error[:200]
+        )

@@ -6,11 +6,17 @@ partition, counts need a Postgres aggregate.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable
+
 import faust
 
 from services import metrics
 from services.config import Settings
+from services.errors import StoreError
 from services.runtime import Runtime
+
+log = logging.getLogger(__name__)
 
 
 def partition_lag(end: int | None, committed: int | None) -> int | None:
@@ -38,15 +44,25 @@ async def refresh_lag(app: faust.App) -> None:
 
 
 async def refresh_memory_counts(runtime: Runtime) -> None:
-    for type_, status, n in await runtime.pg.counts_by_type_status():
+    for type_, status, n in await runtime.reads.counts_by_type_status():
         metrics.MEMORIES.labels(type=type_, status=status).set(n)
+
+
+async def survive(name: str, work: Awaitable[None]) -> None:
+    """Run one tick of a timer; an exception escaping a Faust timer stops the whole worker."""
+    try:
+        await work
+    except StoreError as exc:
+        log.warning("%s skipped this tick: %s", name, exc)
+    except Exception:
+        log.exception("%s failed this tick", name)
 
 
 def register(app: faust.App, settings: Settings, runtime: Runtime) -> None:
     @app.timer(interval=settings.lag_refresh_seconds)  # type: ignore[untyped-decorator]
     async def lag_timer() -> None:
-        await refresh_lag(app)
+        await survive("consumer lag", refresh_lag(app))
 
     @app.timer(interval=settings.gauge_refresh_seconds)  # type: ignore[untyped-decorator]
     async def counts_timer() -> None:
-        await refresh_memory_counts(runtime)
+        await survive("memory counts", refresh_memory_counts(runtime))

@@ -11,15 +11,17 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from agents.dlq import send_to_dlq
+from agents.dlq import DeadLetters
 from schemas import codec
 from services import metrics
-from services.errors import StoreError
+from services.errors import InvalidEvent, StoreRejected, StoreUnavailable
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-_MAX_BACKOFF = 30.0
+
+# Reasons a stage itself can give, beyond parsing (declared as zero series).
+HANDLING_REASONS = ("processing_error", "store_rejected")
 
 
 @contextmanager
@@ -35,70 +37,87 @@ def span(stage: str, count: int) -> Iterator[None]:
 
 async def forward(topic: Any, stage: str, models: Sequence[Any]) -> None:
     """Send keyed models; the producer batches, we await delivery once at the end."""
-    pending = [await topic.send(key=m.key, value=codec.dumps(m)) for m in models]
+    await send_all(topic, stage, [(m.key, codec.dumps(m)) for m in models])
+
+
+async def send_all(topic: Any, stage: str, messages: Sequence[tuple[bytes, bytes]]) -> None:
+    """Send (key, value) pairs and wait until the broker has every one."""
+    pending = [await topic.send(key=key, value=value) for key, value in messages]
     for fut in pending:
         await fut
-    if models:
-        metrics.EVENTS_OUT.labels(stage=stage, topic=topic.get_topic_name()).inc(len(models))
+    if messages:
+        metrics.EVENTS_OUT.labels(stage=stage, topic=topic.get_topic_name()).inc(len(messages))
 
 
-async def parse_or_dlq(events: Sequence[Any], model: type[M], dlq: Any, stage: str) -> list[tuple[Any, M]]:
+async def parse_or_dlq(events: Sequence[Any], model: type[M], dlq: DeadLetters, stage: str) -> list[tuple[Any, M]]:
     """Valid events with their models; the rest go to the DLQ as schema violations."""
     parsed: list[tuple[Any, M]] = []
     for event in events:
         try:
             parsed.append((event, codec.loads(model, event.value)))
         except (ValueError, ValidationError) as exc:
-            await send_to_dlq(dlq, event, stage=stage, reason="schema_violation", error=str(exc))
+            await dlq.send(event, stage=stage, reason="schema_violation", error=str(exc)[:2000])
     return parsed
+
+
+def _dead_letter_reason(exc: Exception) -> str:
+    if isinstance(exc, InvalidEvent):
+        return exc.reason
+    if isinstance(exc, StoreRejected):
+        return "store_rejected"
+    return "processing_error"
 
 
 async def deliver(
     items: Sequence[tuple[Any, T]],
     handle: Callable[[list[T]], Awaitable[None]],
-    dlq: Any,
+    dlq: DeadLetters,
     stage: str,
     first_delay: float = 0.5,
+    max_delay: float = 30.0,
 ) -> None:
     """Hand (event, value) pairs to `handle` so that nothing is lost and the stage never stops.
 
-    A StoreError is an outage: the same batch is retried, uncommitted, with
-    backoff for as long as it lasts. Any other exception means some item is
-    poison: the batch is retried one item at a time and each item that still
-    fails goes to memory.dlq as `processing_error`. Handlers are idempotent,
-    so the retried items that had already succeeded do no harm.
+    StoreUnavailable is an outage: the same batch is retried, uncommitted, with
+    capped backoff for as long as it lasts. Any other exception means some
+    item is bad: the batch is retried one item at a time and each item that
+    still fails goes to memory.dlq with its reason (InvalidEvent's own,
+    `store_rejected`, or `processing_error`). Handlers are idempotent, so the
+    retried items that had already succeeded do no harm.
     """
     delay = first_delay
     while True:
         try:
             await handle([value for _, value in items])
             return
-        except StoreError as exc:
+        except StoreUnavailable as exc:
             metrics.STAGE_ERRORS.labels(stage=stage).inc(len(items))
             log.warning("%s: store unavailable, retrying in %.1fs: %s", stage, delay, exc)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, _MAX_BACKOFF)
+            delay = min(delay * 2, max_delay)
         except Exception as exc:
             metrics.STAGE_ERRORS.labels(stage=stage).inc(len(items))
             if len(items) > 1:
                 for item in items:
-                    await deliver([item], handle, dlq, stage, first_delay)
+                    await deliver([item], handle, dlq, stage, first_delay, max_delay)
                 return
-            log.exception("%s: poison event sent to the DLQ", stage)
-            await send_to_dlq(dlq, items[0][0], stage=stage, reason="processing_error", error=repr(exc))
+            if not isinstance(exc, InvalidEvent):
+                log.exception("%s: poison event sent to the DLQ", stage)
+            await dlq.send(items[0][0], stage=stage, reason=_dead_letter_reason(exc), error=repr(exc))
             return
 
 
 def batched_agent(
     app: Any,
     source: Any,
-    dlq: Any,
+    dlq: DeadLetters,
     *,
     stage: str,
     model: type[M],
     size: int,
     within: float,
     handle: Callable[[list[M]], Awaitable[None]],
+    max_delay: float = 30.0,
 ) -> None:
     """Register an agent that parses batches of `model` and hands valid ones to `handle`."""
     metrics.DLQ.labels(stage=stage, reason="schema_violation")
@@ -108,6 +127,6 @@ def batched_agent(
             with span(stage, len(events)):
                 batch = await parse_or_dlq(events, model, dlq, stage)
                 if batch:
-                    await deliver(batch, handle, dlq, stage)
+                    await deliver(batch, handle, dlq, stage, max_delay=max_delay)
 
     app.agent(source, name=stage)(run)

@@ -26,3 +26,7 @@ class Topics:
             return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
 
         return cls(**{role: raw(name) for role, name in names.BY_ROLE.items()})
+
+    def by_name(self) -> dict[str, Any]:
+        """Handles by Kafka topic name, for messages that carry their destination (the outbox)."""
+        return {name: getattr(self, role) for role, name in names.BY_ROLE.items()}

@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     max_message_bytes: int = 900 * 1024
     # Longest wait between retries of a batch while a store is down.
     retry_max_backoff: float = 30.0
+    # Outbox rows older than this are sent by the relay timer (a crash left them).
+    outbox_relay_seconds: float = 30.0
     # When set, events of any other tenant go to the DLQ as unknown_tenant.
     tenants: frozenset[str] | None = None
 

@@ -62,4 +62,5 @@ def declare_stage(stage: str) -> None:
     """
     EVENTS_IN.labels(stage=stage)
     STAGE_ERRORS.labels(stage=stage)
-    DLQ.labels(stage=stage, reason="processing_error")
+    for reason in ("processing_error", "store_rejected"):
+        DLQ.labels(stage=stage, reason=reason)

@@ -8,14 +8,18 @@ from dataclasses import dataclass, field
 from services.config import Settings
 from services.embedding import CachedEmbedder, Embedder, MiniLmEmbedder
 from services.stores import open_vector_index
-from services.stores.postgres import PostgresStore, migrate
+from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, PgPool, WindowStore, migrate
 from services.stores.vector import Bm25Encoder, VectorIndex
 
 
 @dataclass
 class Runtime:
     settings: Settings
-    pg: PostgresStore
+    pg: PgPool
+    windows: WindowStore
+    outbox: Outbox
+    memories: MemoryWriter
+    reads: MemoryReader
     index: VectorIndex
     bm25: Bm25Encoder
     _embedder: Embedder | None = None
@@ -23,9 +27,19 @@ class Runtime:
 
     @classmethod
     def create(cls, settings: Settings) -> Runtime:
+        pool = PgPool(
+            settings.pg_dsn,
+            settings.pg_pool_size,
+            connect_timeout=settings.pg_connect_timeout,
+            pool_timeout=settings.pg_pool_timeout,
+        )
         return cls(
             settings=settings,
-            pg=PostgresStore(settings.pg_dsn, settings.pg_pool_size),
+            pg=pool,
+            windows=WindowStore(pool),
+            outbox=Outbox(pool),
+            memories=MemoryWriter(),
+            reads=MemoryReader(pool),
             index=open_vector_index(settings),
             bm25=Bm25Encoder(),
         )

@@ -11,6 +11,7 @@ import faust
 
 from agents.consolidator.apply import apply_candidate
 from agents.consolidator.decide import Action
+from agents.dlq import DeadLetters
 from agents.stage import batched_agent, forward
 from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryChange
@@ -26,7 +27,7 @@ async def consolidate(rt: Runtime, batch: list[EmbeddedCandidate]) -> list[Memor
     kinds: list[str] = []
     async with rt.pg.transaction("consolidate") as conn:
         for item in batch:
-            decision, produced = await apply_candidate(rt.pg, conn, item, now)
+            decision, produced = await apply_candidate(rt.memories, conn, item, now)
             kinds.append(decision.action.value)
             changes.extend(produced)
     committed = datetime.now(UTC)
@@ -48,10 +49,11 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     batched_agent(
         app,
         topics.embedded,
-        topics.dlq,
+        DeadLetters(topics.dlq, s.max_message_bytes),
         stage=STAGE,
         model=EmbeddedCandidate,
         size=s.consolidate_batch_size,
         within=s.consolidate_batch_within,
         handle=handle,
+        max_delay=s.retry_max_backoff,
     )

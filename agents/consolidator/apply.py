@@ -6,7 +6,7 @@ from datetime import datetime
 
 from agents.consolidator.decide import Action, Decision, Neighbours, decide
 from schemas import ChangeOp, EmbeddedCandidate, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
-from services.stores.postgres import Conn, PostgresStore
+from services.stores.postgres import Conn, MemoryWriter
 from services.textutil import content_hash
 
 REINFORCE_BOOST = 0.05
@@ -57,7 +57,7 @@ def reinforced(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> 
     )
 
 
-async def _neighbours(pg: PostgresStore, conn: Conn, item: EmbeddedCandidate) -> Neighbours:
+async def _neighbours(pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate) -> Neighbours:
     c = item.candidate
     fact_key = (c.category, c.key_name) if c.type is MemoryType.FACT and c.category and c.key_name else None
     found = await pg.neighbours(conn, c.tenant_id, c.user_id, c.candidate_id, c.type, content_hash(c.text), fact_key)
@@ -79,7 +79,7 @@ def _change(record: MemoryRecord, op: ChangeOp, item: EmbeddedCandidate, now: da
 
 
 async def apply_candidate(
-    pg: PostgresStore, conn: Conn, item: EmbeddedCandidate, now: datetime
+    pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate, now: datetime
 ) -> tuple[Decision, list[MemoryChange]]:
     decision = decide(item.candidate, await _neighbours(pg, conn, item))
     target = decision.target

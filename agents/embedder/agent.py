@@ -6,6 +6,7 @@ import asyncio
 
 import faust
 
+from agents.dlq import DeadLetters
 from agents.stage import batched_agent, forward
 from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryCandidate
@@ -31,10 +32,11 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     batched_agent(
         app,
         topics.candidates,
-        topics.dlq,
+        DeadLetters(topics.dlq, s.max_message_bytes),
         stage=STAGE,
         model=MemoryCandidate,
         size=s.embed_batch_size,
         within=s.embed_batch_within,
         handle=handle,
+        max_delay=s.retry_max_backoff,
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 import faust
 
+from agents.dlq import DeadLetters
 from agents.stage import batched_agent
 from agents.topics import Topics
 from schemas import MemoryChange, MemoryRecord, MemoryStatus
@@ -77,10 +78,11 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     batched_agent(
         app,
         topics.changes,
-        topics.dlq,
+        DeadLetters(topics.dlq, s.max_message_bytes),
         stage=STAGE,
         model=MemoryChange,
         size=s.consolidate_batch_size,
         within=s.consolidate_batch_within,
         handle=handle,
+        max_delay=s.retry_max_backoff,
     )

@@ -1,5 +1,5 @@
-"""rules stage."""
+"""rules: inline extraction of facts and preferences, plus the raw exchange (pure functions).
 
-from agents.rules import agent as agent
-
-__all__ = ["agent"]
+The window stage calls it for every turn the archive accepts, inside its
+transaction, so a redelivered or conflicting turn never yields candidates.
+"""

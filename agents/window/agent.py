@@ -1,4 +1,10 @@
-"""window: archive every turn, keep the session's working window, evict the rest."""
+"""window: archive every turn, extract rule candidates, keep the session's window, evict the rest.
+
+Rule extraction runs here, inline, inside the same transaction as the archive
+write: only a turn the archive accepts (not a redelivery, not a different
+message reusing a known event id) yields candidates, and candidates, evicted
+chunks and the window state commit together through the outbox.
+"""
 
 from __future__ import annotations
 
@@ -7,75 +13,97 @@ from typing import Any
 
 import faust
 
-from agents.dlq import send_to_dlq
+from agents.dlq import DeadLetters
 from agents.ingest import REASONS, parse_chat_event
-from agents.stage import deliver, forward, span
+from agents.outbox import publish
+from agents.stage import HANDLING_REASONS, deliver, span
 from agents.topics import Topics
 from agents.window.logic import WindowLimits, append_turn, window_tokens
-from schemas import EvictedChunk, SessionEvent, TurnEvent
+from agents.window.outgoing import candidate_messages, evicted_messages, scope_of
+from schemas import SessionEvent, TurnEvent
 from services import metrics
 from services.errors import InvalidEvent
 from services.runtime import Runtime
+from services.stores.postgres import Archived, OutboxMessage
 
 STAGE = "window"
 log = logging.getLogger(__name__)
+CONFLICT_REASON = "conflicting_duplicate"
 
 
-async def handle_turn(rt: Runtime, turn: TurnEvent, limits: WindowLimits) -> EvictedChunk | None:
+async def handle_turn(rt: Runtime, turn: TurnEvent, limits: WindowLimits) -> list[OutboxMessage]:
+    """The messages to send for this turn: its own, or those a crash left unsent."""
+    scope = scope_of(turn.tenant_id, turn.user_id)
     async with rt.pg.transaction("window_append") as conn:
-        await rt.pg.archive_turn(conn, turn)
-        window, _closed = await rt.pg.load_window(conn, turn.tenant_id, turn.user_id, turn.session_id)
-        update = append_turn(window, turn, limits)
-        if update.duplicate:
-            return None
-        await rt.pg.save_window(
+        archived = await rt.windows.archive_turn(conn, turn)
+        if archived is Archived.CONFLICT:
+            raise InvalidEvent(CONFLICT_REASON, f"event_id {turn.event_id!r} is known with different content")
+        if archived is Archived.DUPLICATE:
+            return await rt.outbox.pending(conn, scope)
+        state = await rt.windows.load_window(conn, turn.tenant_id, turn.user_id, turn.session_id)
+        update = append_turn(state.turns, turn, limits)
+        # A new turn after session_end reopens the session with a fresh window.
+        await rt.windows.save_window(
             conn, turn.tenant_id, turn.user_id, turn.session_id, update.window, window_tokens(update.window)
         )
-    if not update.evicted:
-        return None
-    return EvictedChunk(
-        tenant_id=turn.tenant_id,
-        user_id=turn.user_id,
-        session_id=turn.session_id,
-        reason="trimmed",
-        turns=update.evicted,
-        cause=[turn.event_id],
-    )
+        messages = candidate_messages(turn) + evicted_messages(
+            turn.tenant_id,
+            turn.user_id,
+            turn.session_id,
+            update.evicted,
+            reason="trimmed",
+            cause=turn.event_id,
+            max_bytes=rt.settings.max_message_bytes,
+        )
+        await rt.outbox.add(conn, messages)
+    return messages
 
 
-async def handle_session_end(rt: Runtime, event: SessionEvent) -> EvictedChunk | None:
-    """The rest of the window goes to the summarizer; the window empties."""
+async def handle_session_end(rt: Runtime, event: SessionEvent) -> list[OutboxMessage]:
+    """The rest of the window goes to the summarizer; the window empties. Once."""
+    scope = scope_of(event.tenant_id, event.user_id)
     async with rt.pg.transaction("window_close") as conn:
-        window, closed = await rt.pg.load_window(conn, event.tenant_id, event.user_id, event.session_id)
-        if closed:
-            return None
-        await rt.pg.save_window(conn, event.tenant_id, event.user_id, event.session_id, [], 0, closed_at=event.ts)
-    if not window:
-        return None
-    return EvictedChunk(
-        tenant_id=event.tenant_id,
-        user_id=event.user_id,
-        session_id=event.session_id,
-        reason="session_end",
-        turns=window,
-        cause=[event.event_id],
-    )
+        state = await rt.windows.load_window(conn, event.tenant_id, event.user_id, event.session_id)
+        if state.closed or state.end_event_id == event.event_id:
+            return await rt.outbox.pending(conn, scope)
+        await rt.windows.save_window(
+            conn,
+            event.tenant_id,
+            event.user_id,
+            event.session_id,
+            [],
+            0,
+            closed_at=event.ts,
+            end_event_id=event.event_id,
+        )
+        messages = evicted_messages(
+            event.tenant_id,
+            event.user_id,
+            event.session_id,
+            state.turns,
+            reason="session_end",
+            cause=event.event_id,
+            max_bytes=rt.settings.max_message_bytes,
+        )
+        await rt.outbox.add(conn, messages)
+    return messages
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
     limits = WindowLimits(s.window_max_tokens, s.window_max_turns, s.window_keep_last)
-    for reason in REASONS:  # zero series from the start, so increase() counts the first one
+    dlq = DeadLetters(topics.dlq, s.max_message_bytes)
+    by_name = topics.by_name()
+    for reason in (*REASONS, CONFLICT_REASON, *HANDLING_REASONS):  # zero series, so increase() counts the first
         metrics.DLQ.labels(stage=STAGE, reason=reason)
 
     async def apply(events: list[TurnEvent | SessionEvent]) -> None:
         for parsed in events:
             if isinstance(parsed, TurnEvent):
-                chunk = await handle_turn(rt, parsed, limits)
+                messages = await handle_turn(rt, parsed, limits)
             else:
-                chunk = await handle_session_end(rt, parsed)
-            if chunk is not None:
-                await forward(topics.evicted, STAGE, [chunk])
+                messages = await handle_session_end(rt, parsed)
+            await publish(rt, by_name, STAGE, messages)
 
     async def window(stream: Any) -> None:
         async for event in stream.events():
@@ -83,8 +111,8 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
                 try:
                     parsed = parse_chat_event(event.value, max_content_bytes=s.max_content_bytes, tenants=s.tenants)
                 except InvalidEvent as exc:
-                    await send_to_dlq(topics.dlq, event, stage=STAGE, reason=exc.reason, error=exc.message)
+                    await dlq.send(event, stage=STAGE, reason=exc.reason, error=exc.message)
                     continue
-                await deliver([(event, parsed)], apply, topics.dlq, STAGE)
+                await deliver([(event, parsed)], apply, dlq, STAGE, max_delay=s.retry_max_backoff)
 
     app.agent(topics.turns, name="window")(window)

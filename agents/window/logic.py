@@ -50,3 +50,23 @@ def trim(turns: list[TurnEvent], limits: WindowLimits) -> WindowUpdate:
         tokens -= count_tokens(dropped.content)
         evicted.append(dropped)
     return WindowUpdate(window=kept, evicted=evicted)
+
+
+def split_by_size(turns: list[TurnEvent], max_bytes: int, envelope: int = 1024) -> list[list[TurnEvent]]:
+    """Consecutive runs of turns whose serialized size stays under `max_bytes`.
+
+    An evicted chunk is one Kafka message; a long session of long turns
+    (CJK text is 3 bytes a character) can exceed the broker's limit. Every
+    turn is far below it on its own (content is capped at ingest).
+    """
+    parts: list[list[TurnEvent]] = []
+    size = envelope
+    for turn in turns:
+        turn_size = len(turn.model_dump_json()) + 2
+        if parts and size + turn_size <= max_bytes:
+            parts[-1].append(turn)
+            size += turn_size
+        else:
+            parts.append([turn])
+            size = envelope + turn_size
+    return parts

@@ -32,10 +32,11 @@ from schemas import (
 )
 from services.config import Settings
 from services.runtime import Runtime
+from services.stores.postgres import migrate
 from services.stores.vector import Scope
 from services.textutil import stable_id
 from services.topics import BY_ROLE as TOPIC_NAMES
-from tests.stack import turn
+from tests.stack import session_end, turn
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 
@@ -87,9 +88,11 @@ class Harness:
 
 
 @pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Callable[[Any, str], Harness]]:
-    settings = Settings(data_dir=tmp_path, embed_batch_within=0.01, consolidate_batch_within=0.01)
+async def harness(tmp_path: Path, pg_dsn: str) -> AsyncIterator[Callable[[Any, str], Harness]]:
+    settings = Settings(data_dir=tmp_path, pg_dsn=pg_dsn, embed_batch_within=0.01, consolidate_batch_within=0.01)
     runtime = Runtime.create(settings)
+    await migrate(pg_dsn)
+    await runtime.pg.open()
 
     def build(stage_module: Any, source: str) -> Harness:
         app = faust.App(
@@ -105,25 +108,37 @@ async def harness(tmp_path: Path) -> AsyncIterator[Callable[[Any, str], Harness]
 
     yield build
     await runtime.index.close()
+    await runtime.pg.close()
 
 
-async def test_rules_agent_turns_a_user_turn_into_keyed_candidates(harness: Callable[[Any, str], Harness]) -> None:
-    from agents.rules import agent
+async def test_window_agent_extracts_once_per_accepted_turn_and_closes_a_session_once(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    from agents.window import agent
 
     h = harness(agent, "turns")
-    out = h.sink("candidates")
+    candidates, evicted, dlq = h.sink("candidates"), h.sink("evicted"), h.sink("dlq")
     said = turn("t", "u", "s", 0, "I love green tea and I live in Berlin.")
     assistant = turn("t", "u", "s", 1, "Noted, I love that too.", role="assistant")
-    await h.feed([orjson.dumps(assistant), b"{broken", orjson.dumps(said)], lambda: len(out.sent) >= 3)
-    texts = {c["text"]: c["type"] for c in out.values()}
+    conflicting = {**said, "content": "I live in Paris."}  # a known event id, other content
+    end = session_end("t", "u", "s")
+    values = [orjson.dumps(e) for e in (assistant, said, said, conflicting, end, end)]
+    await h.feed([values[0], b"{broken", *values[1:]], lambda: len(dlq.sent) >= 2 and bool(evicted.sent))
+    texts = {c["text"]: c["type"] for c in candidates.values()}
     assert texts == {
         "User lives in Berlin": "fact",
         "User preference: I love green tea and I live in Berlin.": "preference",
         "I love green tea and I live in Berlin.": "exchange",
     }
-    assert {key for key, _, _ in out.sent} == {b"t:u"}
-    # The window stage owns DLQ duty for chat.turns, so the broken message lands there once, not here.
-    assert h.sink("dlq").sent == []
+    assert len(candidates.sent) == 3  # the redelivered turn added nothing
+    assert {key for key, _, _ in candidates.sent} == {b"t:u"}
+    assert dlq.reasons() == [b"invalid_json", b"conflicting_duplicate"]
+    (chunk,) = evicted.values()  # the second session_end changed nothing
+    assert chunk["reason"] == "session_end"
+    assert [t["event_id"] for t in chunk["turns"]] == [said["event_id"], assistant["event_id"]]
+    async with h.runtime.pg.connection("test") as conn:
+        left = await (await conn.execute("SELECT count(*) AS n FROM outbox")).fetchone()
+    assert left == {"n": 0}  # everything sent was confirmed and forgotten
 
 
 async def test_summarizer_agent_writes_an_episode_and_dead_letters_a_bad_chunk(

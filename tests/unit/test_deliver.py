@@ -3,9 +3,9 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.dlq import REASON_HEADER
+from agents.dlq import REASON_HEADER, DeadLetters
 from agents.stage import deliver
-from services.errors import StoreError
+from services.errors import InvalidEvent, StoreRejected, StoreUnavailable
 
 
 @dataclass
@@ -23,13 +23,23 @@ class Event:
 
 
 @dataclass
-class Dlq:
+class DlqTopic:
     """Collects what would be produced to memory.dlq."""
 
     sent: list[dict[str, Any]] = field(default_factory=list)
 
     async def send(self, *, key: bytes, value: bytes, headers: dict[str, bytes]) -> None:
         self.sent.append({"key": key, "value": value, "headers": headers})
+
+
+class Dlq(DeadLetters):
+    def __init__(self, max_message_bytes: int = 900 * 1024) -> None:
+        super().__init__(DlqTopic(), max_message_bytes)
+
+    @property
+    def sent(self) -> list[dict[str, Any]]:
+        topic: DlqTopic = self.topic
+        return topic.sent
 
 
 def items(*values: str) -> list[tuple[Event, str]]:
@@ -60,7 +70,7 @@ async def test_a_store_outage_is_retried_until_it_passes_and_nothing_goes_to_the
     async def handle(batch: list[str]) -> None:
         calls.append(batch)
         if len(calls) < 3:
-            raise StoreError("postgres is restarting")
+            raise StoreUnavailable("postgres is restarting")
 
     dlq = Dlq()
     await deliver(items("a", "b"), handle, dlq, "consolidator", first_delay=0.01)
@@ -76,3 +86,33 @@ async def test_a_clean_batch_is_handled_once() -> None:
 
     await deliver(items("a", "b"), handle, Dlq(), "embedder")
     assert calls == [["a", "b"]]
+
+
+async def test_bad_data_the_store_rejects_and_invalid_events_go_to_the_dlq_with_their_reason() -> None:
+    async def handle(batch: list[str]) -> None:
+        if "nul" in batch:
+            raise StoreRejected("postgres: rejected [22021] invalid byte sequence")
+        if "dup" in batch:
+            raise InvalidEvent("conflicting_duplicate", "event e1 is known with different content")
+
+    dlq = Dlq()
+    await deliver(items("ok", "nul", "dup"), handle, dlq, "window")
+    reasons = {m["value"]: m["headers"][REASON_HEADER] for m in dlq.sent}
+    assert reasons == {b"nul": b"store_rejected", b"dup": b"conflicting_duplicate"}
+
+
+async def test_a_dlq_copy_that_cannot_fit_is_truncated_with_size_and_digest() -> None:
+    import hashlib
+
+    dlq = Dlq(max_message_bytes=20_000)
+    big = b"x" * 50_000
+    await dlq.send(Event(big), stage="window", reason="oversized", error="too big")
+    sent = dlq.sent[0]
+    assert len(sent["value"]) < 20_000
+    assert sent["value"] == big[: len(sent["value"])]
+    assert sent["headers"]["x-memstream-original-size"] == b"50000"
+    assert sent["headers"]["x-memstream-sha256"] == hashlib.sha256(big).hexdigest().encode()
+    small = Dlq()
+    await small.send(Event(b"{bad"), stage="window", reason="invalid_json", error="e")
+    assert small.sent[0]["value"] == b"{bad"
+    assert "x-memstream-truncated" not in small.sent[0]["headers"]

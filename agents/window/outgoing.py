@@ -1,0 +1,58 @@
+"""What the window stage sends after a commit, as outbox rows with deterministic ids."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from agents.rules.candidates import candidates_for_turn
+from agents.window.logic import split_by_size
+from schemas import EvictedChunk, TurnEvent, codec, partition_key
+from services import topics
+from services.stores.postgres import OutboxMessage
+from services.textutil import stable_id
+
+
+def scope_of(tenant_id: str, user_id: str) -> str:
+    return partition_key(tenant_id, user_id).decode()
+
+
+def evicted_messages(
+    tenant_id: str,
+    user_id: str,
+    session_id: str,
+    turns: list[TurnEvent],
+    *,
+    reason: Literal["trimmed", "session_end"],
+    cause: str,
+    max_bytes: int,
+) -> list[OutboxMessage]:
+    """One chunk per run of turns that fits in a message."""
+    out = []
+    for part, run in enumerate(split_by_size(turns, max_bytes) if turns else []):
+        chunk = EvictedChunk(
+            tenant_id=tenant_id, user_id=user_id, session_id=session_id, reason=reason, turns=run, cause=[cause]
+        )
+        out.append(
+            OutboxMessage(
+                id=stable_id("outbox", tenant_id, user_id, cause, "evicted", str(part)),
+                scope=scope_of(tenant_id, user_id),
+                topic=topics.EVICTED,
+                key=chunk.key,
+                value=codec.dumps(chunk),
+            )
+        )
+    return out
+
+
+def candidate_messages(turn: TurnEvent) -> list[OutboxMessage]:
+    """The rule stage's candidates for an accepted turn."""
+    return [
+        OutboxMessage(
+            id=stable_id("outbox", turn.tenant_id, turn.user_id, turn.event_id, "candidate", str(i)),
+            scope=scope_of(turn.tenant_id, turn.user_id),
+            topic=topics.CANDIDATES,
+            key=candidate.key,
+            value=codec.dumps(candidate),
+        )
+        for i, candidate in enumerate(candidates_for_turn(turn))
+    ]

@@ -1,0 +1,31 @@
+"""Postgres, the source of truth, split by concern over one shared pool.
+
+- `PgPool`: connections, timeouts and the outage / bad-data classification;
+- `WindowStore`: raw turns and working windows (window stage, read service);
+- `Outbox`: messages committed with the state they follow;
+- `MemoryWriter`: the consolidator's lookups and upserts;
+- `MemoryReader`: the read service's scoped queries;
+- `migrate`: schema migrations.
+"""
+
+from services.stores.postgres.memory_reads import MemoryReader
+from services.stores.postgres.memory_writes import MemoryWriter
+from services.stores.postgres.migrations import migrate
+from services.stores.postgres.outbox import Outbox, OutboxMessage
+from services.stores.postgres.pool import Conn, PgPool
+from services.stores.postgres.records import record_from_row
+from services.stores.postgres.windows import Archived, SessionWindow, WindowStore
+
+__all__ = [
+    "Archived",
+    "Conn",
+    "MemoryReader",
+    "MemoryWriter",
+    "Outbox",
+    "OutboxMessage",
+    "PgPool",
+    "SessionWindow",
+    "WindowStore",
+    "migrate",
+    "record_from_row",
+]

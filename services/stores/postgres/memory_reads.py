@@ -1,0 +1,91 @@
+"""The read service's side of long-term memory. Every query is scoped by tenant and user."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from schemas import MemoryRecord, MemoryStatus, MemoryType
+from services.stores.postgres.pool import PgPool
+from services.stores.postgres.records import RECORD_COLUMNS as _RECORD_COLUMNS
+from services.stores.postgres.records import record_from_row
+
+
+class MemoryReader:
+    """There is deliberately no query by memory id alone."""
+
+    def __init__(self, pool: PgPool) -> None:
+        self._pool = pool
+
+    async def active_profile(
+        self, tenant_id: str, user_id: str, query: Sequence[float], min_similarity: float, limit: int
+    ) -> list[tuple[MemoryRecord, float]]:
+        """Keyed facts and preferences close to the query, with their cosine similarity.
+
+        Exact rows from the source of truth (the index may lag), scored by
+        pgvector over one user's profile: a few hundred rows at most.
+        """
+        async with self._pool.connection("active_profile") as conn:
+            cur = await conn.execute(
+                f"""SELECT * FROM (
+                        SELECT {_RECORD_COLUMNS}, 1 - (embedding <=> %s) AS similarity FROM memories
+                        WHERE tenant_id = %s AND user_id = %s AND status = 'active'
+                          AND type IN ('fact', 'preference') AND embedding IS NOT NULL
+                    ) scored WHERE similarity >= %s ORDER BY similarity DESC LIMIT %s""",
+                (np.asarray(query, dtype=np.float32), tenant_id, user_id, min_similarity, limit),
+            )
+            rows = await cur.fetchall()
+            return [(record_from_row(r), r["similarity"]) for r in rows]
+
+    async def active_ids(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> set[str]:
+        """Which of these ids Postgres still holds as active (the index may lag behind)."""
+        if not ids:
+            return set()
+        async with self._pool.connection("active_ids") as conn:
+            cur = await conn.execute(
+                "SELECT id FROM memories WHERE tenant_id = %s AND user_id = %s AND id = ANY(%s) AND status = 'active'",
+                (tenant_id, user_id, list(ids)),
+            )
+            return {r["id"] for r in await cur.fetchall()}
+
+    async def list_memories(
+        self,
+        tenant_id: str,
+        user_id: str,
+        *,
+        type_: MemoryType | None,
+        status: MemoryStatus | None,
+        limit: int,
+        offset: int,
+    ) -> list[MemoryRecord]:
+        async with self._pool.connection("list_memories") as conn:
+            cur = await conn.execute(
+                f"""SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s
+                    AND (%s::text IS NULL OR type = %s) AND (%s::text IS NULL OR status = %s)
+                    ORDER BY observed_at, id LIMIT %s OFFSET %s""",
+                (tenant_id, user_id, type_, type_, status, status, limit, offset),
+            )
+            return [record_from_row(r) for r in await cur.fetchall()]
+
+    async def history(self, tenant_id: str, user_id: str, memory_id: str) -> list[MemoryRecord]:
+        """The supersession chain through `memory_id`, oldest first."""
+        async with self._pool.connection("history") as conn:
+            cur = await conn.execute(
+                f"""WITH RECURSIVE back AS (
+                      SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = %(id)s
+                      UNION
+                      SELECT m.id, m.tenant_id, m.user_id, m.type, m.text, m.content_hash, m.category, m.key_name, m.value,
+                        m.importance, m.confidence, m.status, m.observed_at, m.created_at, m.updated_at, m.superseded_at,
+                        m.superseded_by, m.provenance, m.entities, m.access_count, m.reinforcement_count, m.version
+                      FROM memories m JOIN back b ON m.superseded_by = b.id OR m.id = b.superseded_by
+                      WHERE m.tenant_id = %(t)s AND m.user_id = %(u)s
+                    ) SELECT * FROM back ORDER BY observed_at, created_at""",
+                {"t": tenant_id, "u": user_id, "id": memory_id},
+            )
+            return [record_from_row(r) for r in await cur.fetchall()]
+
+    async def counts_by_type_status(self) -> list[tuple[str, str, int]]:
+        async with self._pool.connection("counts") as conn:
+            cur = await conn.execute("SELECT type, status, count(*) AS n FROM memories GROUP BY type, status")
+            return [(r["type"], r["status"], int(r["n"])) for r in await cur.fetchall()]
