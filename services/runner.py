@@ -38,10 +38,26 @@ def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     )
 
 
+class _Worker(faust.Worker):
+    """Closes the stores last: after the app, and so every agent, has stopped.
+
+    mode stops a service as on_stop → children (the app: consumer, agents,
+    producer flush) → on_shutdown, so a store closed here is never closed
+    under a batch still being written.
+    """
+
+    runtime: Runtime
+
+    async def on_shutdown(self) -> None:
+        await super().on_shutdown()
+        await self.runtime.stop()
+
+
 def run_worker(settings: Settings, *, with_api: bool) -> None:
     runtime = Runtime.create(settings)
     app, _topics = build_app(settings, runtime)
-    worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+    worker = _Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+    worker.runtime = runtime
     worker.loop.run_until_complete(runtime.start())
 
     server = _EmbeddedServer(_uvicorn_config(create_app(runtime, Readiness(runtime)), settings)) if with_api else None
@@ -53,13 +69,13 @@ def run_worker(settings: Settings, *, with_api: bool) -> None:
     else:
         start_http_server(settings.worker_metrics_port, addr=settings.http_host)
 
-    async def shutdown(*_: Any, **__: Any) -> None:
+    async def stop_api(*_: Any, **__: Any) -> None:
+        """The API stops taking requests first (the consumer has just stopped fetching)."""
         if server is not None:
             server.should_exit = True
             await asyncio.sleep(0.2)
-        await runtime.stop()
 
-    app.on_before_shutdown.connect(shutdown)
+    app.on_before_shutdown.connect(stop_api)
     worker.execute_from_commandline()
 
 

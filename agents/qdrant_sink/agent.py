@@ -17,12 +17,12 @@ from agents.topics import Topics
 from schemas import MemoryChange, MemoryRecord, MemoryStatus
 from services import metrics
 from services.runtime import Runtime
-from services.stores.vector import IndexedMemory, Sparse
+from services.stores.vector import IndexedMemory, IndexPayload, Sparse
 
 STAGE = "qdrant_sink"
 
 
-def payload(record: MemoryRecord) -> dict[str, Any]:
+def payload(record: MemoryRecord) -> IndexPayload:
     return {
         "tenant_id": record.tenant_id,
         "user_id": record.user_id,

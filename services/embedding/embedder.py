@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -112,28 +113,38 @@ def length_buckets(lengths: Sequence[int], max_batch: int, max_stretch: float = 
 
 
 class CachedEmbedder:
-    """LRU cache keyed by the normalised text's hash; only misses reach the model."""
+    """LRU cache keyed by the normalised text's hash; only misses reach the model.
+
+    Callers embed from several threads at once (the embedder stage and recall
+    both use `asyncio.to_thread`), so the cache is locked; the model call is
+    not, and two threads missing the same text both embed it (harmless).
+    """
 
     def __init__(self, inner: Embedder, capacity: int) -> None:
         self._inner = inner
         self._capacity = capacity
         self._cache: OrderedDict[str, Vector] = OrderedDict()
+        self._lock = threading.Lock()
         self.name = inner.name
         self.dimension = inner.dimension
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         keys = [content_hash(t) for t in texts]
-        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in self._cache}
-        hits = len(texts) - len(missing)
-        metrics.EMBED_CACHE.labels(result="hit").inc(hits)
+        found: dict[str, Vector] = {}
+        with self._lock:
+            for key in keys:
+                vec = self._cache.get(key)
+                if vec is not None:
+                    self._cache.move_to_end(key)
+                    found[key] = vec
+        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}
+        metrics.EMBED_CACHE.labels(result="hit").inc(len(texts) - len(missing))
         metrics.EMBED_CACHE.labels(result="miss").inc(len(missing))
         if missing:
-            for key, vec in zip(missing, self._inner.embed(list(missing.values())), strict=True):
-                self._cache[key] = vec
-        out = []
-        for key in keys:
-            self._cache.move_to_end(key)
-            out.append(self._cache[key])
-        while len(self._cache) > self._capacity:
-            self._cache.popitem(last=False)
-        return out
+            fresh = dict(zip(missing, self._inner.embed(list(missing.values())), strict=True))
+            found.update(fresh)
+            with self._lock:
+                self._cache.update(fresh)
+                while len(self._cache) > self._capacity:
+                    self._cache.popitem(last=False)
+        return [found[key] for key in keys]

@@ -1,23 +1,29 @@
 """Qdrant Edge: the Qdrant engine in-process, for the embedded default.
 
 A shard directory has a single owner, which is why `memstream up` runs the
-worker and the read service in one process.
+worker and the read service in one process. Inside the process the shard
+has a single thread: every call (updates, queries, flush, close) runs on it,
+in arrival order. That keeps the engine off the event loop that six agents
+and the HTTP server share (a query over 100k points is milliseconds), makes
+the engine's thread-safety a non-question, and means a read never sees half
+of a batch.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import qdrant_edge as qe
 
-from services import metrics
+from services.stores.qdrant_errors import qdrant_call
 from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse
 
 _KEYWORD_FIELDS = ("tenant_id", "user_id", "type", "status")
+R = TypeVar("R")
 
 
 def _scope_filter(scope: Scope) -> qe.Filter:
@@ -35,7 +41,7 @@ class EdgeIndex:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._shard: qe.EdgeShard | None = None
-        self._lock = asyncio.Lock()
+        self._owner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qdrant-edge")
 
     @property
     def shard(self) -> qe.EdgeShard:
@@ -43,31 +49,43 @@ class EdgeIndex:
             raise RuntimeError("EdgeIndex.ensure() was not called")
         return self._shard
 
+    async def _on_owner(self, operation: str, call: Callable[[], R]) -> R:
+        async with qdrant_call(operation):
+            return await asyncio.get_running_loop().run_in_executor(self._owner, call)
+
     async def ensure(self, dimension: int) -> None:
         config = qe.EdgeConfig(
             vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
             sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
         )
-        if (self._path / "edge_config.json").exists() or any(self._path.glob("segments*")):
-            self._shard = qe.EdgeShard.load(str(self._path), config)
-            return
-        self._path.mkdir(parents=True, exist_ok=True)
-        self._shard = qe.EdgeShard.create(str(self._path), config)
-        for name in _KEYWORD_FIELDS:
-            self._shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+
+        def open_or_create() -> qe.EdgeShard:
+            if (self._path / "edge_config.json").exists() or any(self._path.glob("segments*")):
+                return qe.EdgeShard.load(str(self._path), config)
+            self._path.mkdir(parents=True, exist_ok=True)
+            shard = qe.EdgeShard.create(str(self._path), config)
+            for name in _KEYWORD_FIELDS:
+                shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+            return shard
+
+        self._shard = await self._on_owner("open", open_or_create)
 
     async def upsert(self, points: Sequence[IndexedMemory]) -> None:
         if not points:
             return
         edge_points = [
-            qe.Point(p.id, {DENSE: p.dense, SPARSE: qe.SparseVector(p.sparse.indices, p.sparse.values)}, p.payload)
+            qe.Point(
+                p.id, {DENSE: p.dense, SPARSE: qe.SparseVector(p.sparse.indices, p.sparse.values)}, dict(p.payload)
+            )
             for p in points
         ]
-        await self._timed("upsert", lambda: self.shard.update(qe.UpdateOperation.upsert_points(edge_points)))
+        shard = self.shard
+        await self._on_owner("upsert", lambda: shard.update(qe.UpdateOperation.upsert_points(edge_points)))
 
     async def delete(self, ids: Sequence[str]) -> None:
         if ids:
-            await self._timed("delete", lambda: self.shard.update(qe.UpdateOperation.delete_points(list(ids))))
+            shard = self.shard
+            await self._on_owner("delete", lambda: shard.update(qe.UpdateOperation.delete_points(list(ids))))
 
     async def search(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> list[Hit]:
         flt = _scope_filter(scope)
@@ -82,35 +100,29 @@ class EdgeIndex:
             filter=flt,
             with_payload=True,
         )
-        started = time.perf_counter()
-        # Updates run in a worker thread; queries wait for them, so a read
-        # never sees half of a batch.
-        async with self._lock:
-            points = self.shard.query(request)
-        metrics.STORE_LATENCY.labels(store="qdrant", operation="search").observe(time.perf_counter() - started)
+        shard = self.shard
+        points = await self._on_owner("search", lambda: shard.query(request))
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
 
     async def count(self) -> int:
-        return int(self.shard.count(qe.CountRequest(exact=True)))
+        shard = self.shard
+        return int(await self._on_owner("count", lambda: shard.count(qe.CountRequest(exact=True))))
 
     async def ping(self) -> bool:
         return self._shard is not None
 
     async def optimize(self) -> None:
-        await asyncio.to_thread(self.shard.optimize)
+        shard = self.shard
+        await self._on_owner("optimize", shard.optimize)
 
     async def close(self) -> None:
+        """Flush and close on the owner thread, after every call queued before it."""
         if self._shard is not None:
-            self._shard.flush()
-            self._shard.close()
-            self._shard = None
+            shard, self._shard = self._shard, None
 
-    async def _timed(self, operation: str, call: Any) -> None:
-        started = time.perf_counter()
-        async with self._lock:
-            try:
-                await asyncio.to_thread(call)
-            except Exception:
-                metrics.STORE_ERRORS.labels(store="qdrant", operation=operation).inc()
-                raise
-        metrics.STORE_LATENCY.labels(store="qdrant", operation=operation).observe(time.perf_counter() - started)
+            def flush_and_close() -> None:
+                shard.flush()
+                shard.close()
+
+            await self._on_owner("close", flush_and_close)
+        self._owner.shutdown(wait=True)

@@ -6,12 +6,11 @@ client API (it is a brute-force engine, so never a serving option).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from qdrant_client import AsyncQdrantClient, models
 
-from services import metrics
+from services.stores.qdrant_errors import qdrant_call
 from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse
 
 
@@ -45,26 +44,26 @@ class ServerIndex:
     async def upsert(self, points: Sequence[IndexedMemory]) -> None:
         if not points:
             return
-        started = time.perf_counter()
-        await self._client.upsert(
-            self._collection,
-            points=[
-                models.PointStruct(
-                    id=p.id,
-                    vector={
-                        DENSE: p.dense,
-                        SPARSE: models.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
-                    },
-                    payload=p.payload,
-                )
-                for p in points
-            ],
-        )
-        metrics.STORE_LATENCY.labels(store="qdrant", operation="upsert").observe(time.perf_counter() - started)
+        async with qdrant_call("upsert"):
+            await self._client.upsert(
+                self._collection,
+                points=[
+                    models.PointStruct(
+                        id=p.id,
+                        vector={
+                            DENSE: p.dense,
+                            SPARSE: models.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
+                        },
+                        payload=p.payload,
+                    )
+                    for p in points
+                ],
+            )
 
     async def delete(self, ids: Sequence[str]) -> None:
         if ids:
-            await self._client.delete(self._collection, points_selector=models.PointIdsList(points=list(ids)))
+            async with qdrant_call("delete"):
+                await self._client.delete(self._collection, points_selector=models.PointIdsList(points=list(ids)))
 
     async def search(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> list[Hit]:
         flt = _scope_filter(scope)
@@ -78,23 +77,24 @@ class ServerIndex:
                     limit=limit,
                 )
             )
-        started = time.perf_counter()
-        result = await self._client.query_points(
-            self._collection,
-            prefetch=prefetch,
-            query=models.FusionQuery(fusion=models.Fusion.RRF),
-            query_filter=flt,
-            limit=limit,
-            with_payload=True,
-        )
-        metrics.STORE_LATENCY.labels(store="qdrant", operation="search").observe(time.perf_counter() - started)
+        async with qdrant_call("search"):
+            result = await self._client.query_points(
+                self._collection,
+                prefetch=prefetch,
+                query=models.FusionQuery(fusion=models.Fusion.RRF),
+                query_filter=flt,
+                limit=limit,
+                with_payload=True,
+            )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
 
     async def count(self) -> int:
-        return (await self._client.count(self._collection, exact=True)).count
+        async with qdrant_call("count"):
+            return (await self._client.count(self._collection, exact=True)).count
 
     async def ping(self) -> bool:
-        await self._client.get_collections()
+        async with qdrant_call("ping"):
+            await self._client.get_collections()
         return True
 
     async def close(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Required, TypedDict
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -21,12 +21,32 @@ class Sparse:
     values: list[float]
 
 
+class IndexPayload(TypedDict, total=False):
+    """What a point carries: the filter fields, and enough to rank and show a hit without Postgres."""
+
+    tenant_id: Required[str]
+    user_id: Required[str]
+    type: Required[str]
+    status: Required[str]
+    text: Required[str]
+    category: str | None
+    key_name: str | None
+    value: str | None
+    importance: float
+    access_count: int
+    observed_at: str  # ISO 8601
+    observed_ts: float  # epoch seconds, for range filters
+    entities: list[str]
+    source: dict[str, Any]  # Provenance as JSON
+    version: int
+
+
 @dataclass(frozen=True)
 class IndexedMemory:
     id: str
     dense: list[float]
     sparse: Sparse
-    payload: dict[str, Any]
+    payload: IndexPayload
 
 
 @dataclass(frozen=True)

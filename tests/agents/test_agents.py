@@ -235,5 +235,5 @@ async def test_qdrant_sink_indexes_good_changes_and_dead_letters_a_poison_one(
     await h.feed([*good, poison], lambda: bool(dlq.sent))
     hits = await h.runtime.index.search(Scope("t", "u"), [1.0, 0.0, 0.0, 0.0], h.runtime.bm25.query("tea"), 10)
     assert {hit.payload["text"] for hit in hits} == {"green tea in the morning", "dog walks"}
-    assert dlq.reasons() == [b"processing_error"]
+    assert dlq.reasons() == [b"store_rejected"]  # the engine refuses it: bad data, not an outage
     assert orjson.loads(dlq.sent[0][1])["record"]["text"] == "wrong dimension"

@@ -63,3 +63,28 @@ def test_length_buckets_cover_every_text_once_within_batch_and_stretch(lengths: 
 def test_short_texts_are_not_batched_with_a_long_one() -> None:
     buckets = length_buckets([10, 12, 250, 11], max_batch=64)
     assert sorted(map(sorted, buckets)) == [[0, 1, 3], [2]]
+
+
+def test_a_full_cache_shared_by_threads_stays_consistent() -> None:
+    """Four threads over a full cache: the unlocked version raised thousands of KeyErrors here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    class Cheap:
+        name, dimension = "cheap", 2
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[float(len(t)), 1.0] for t in texts]
+
+    cached = CachedEmbedder(Cheap(), capacity=50)
+
+    def work(seed: int) -> int:
+        wrong = 0
+        for i in range(2_000):
+            texts = [f"text {(seed * 7919 + i * j) % 300}" for j in range(5)]
+            got = cached.embed(texts)
+            wrong += sum(vec != [float(len(t)), 1.0] for t, vec in zip(texts, got, strict=True))
+        return wrong
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sum(pool.map(work, range(4))) == 0
+    assert len(cached._cache) <= 50
