@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import groupby
 from typing import Any
 
@@ -17,7 +17,13 @@ from services.stores.postgres import OutboxMessage
 log = logging.getLogger(__name__)
 
 
-async def publish(rt: Runtime, topics_by_name: dict[str, Any], stage: str, messages: Sequence[OutboxMessage]) -> None:
+async def publish(
+    rt: Runtime,
+    topics_by_name: dict[str, Any],
+    stage: str,
+    messages: Sequence[OutboxMessage],
+    on_sent: Callable[[], None] | None = None,
+) -> None:
     """Send in order, wait for the broker, then forget them.
 
     A failure before the delete leaves the rows to be sent again: a duplicate
@@ -27,6 +33,8 @@ async def publish(rt: Runtime, topics_by_name: dict[str, Any], stage: str, messa
         return
     for topic_name, group in groupby(messages, key=lambda m: m.topic):
         await send_all(topics_by_name[topic_name], stage, [(m.key, m.value) for m in group])
+    if on_sent is not None:
+        on_sent()
     await rt.outbox.delete([m.id for m in messages])
 
 

@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # MiniLM cosine above which a fact or preference is pinned ahead of the rest.
     profile_min_similarity: float = 0.5
 
+    # Fault tests only: {"window.after_commit": 5} kills the process there (services/faults.py).
+    crash_points: dict[str, int] = {}
+
     gauge_refresh_seconds: float = 15.0
     lag_refresh_seconds: float = 5.0
     log_level: str = "info"

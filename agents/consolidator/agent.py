@@ -16,6 +16,7 @@ from agents.stage import batched_agent, forward
 from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryChange
 from services import metrics
+from services.faults import crash_point
 from services.runtime import Runtime
 
 STAGE = "consolidator"
@@ -39,13 +40,15 @@ async def consolidate(rt: Runtime, batch: list[EmbeddedCandidate]) -> list[Memor
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
+    s = rt.settings
     for action in Action:  # every kind has a series from the start
         metrics.DECISIONS.labels(kind=action.value)
 
     async def handle(batch: list[EmbeddedCandidate]) -> None:
-        await forward(topics.changes, STAGE, await consolidate(rt, batch))
+        changes = await consolidate(rt, batch)
+        crash_point(s, "consolidator.after_commit")
+        await forward(topics.changes, STAGE, changes)
 
-    s = rt.settings
     batched_agent(
         app,
         topics.embedded,

@@ -16,6 +16,7 @@ from agents.stage import batched_agent
 from agents.topics import Topics
 from schemas import MemoryChange, MemoryRecord, MemoryStatus
 from services import metrics
+from services.faults import crash_point
 from services.runtime import Runtime
 from services.stores.vector import IndexedMemory, IndexPayload, Sparse
 
@@ -71,10 +72,12 @@ async def apply_changes(rt: Runtime, changes: list[MemoryChange]) -> None:
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
+    s = rt.settings
+
     async def handle(changes: list[MemoryChange]) -> None:
         await apply_changes(rt, changes)
+        crash_point(s, "qdrant_sink.after_index")
 
-    s = rt.settings
     batched_agent(
         app,
         topics.changes,

@@ -23,6 +23,7 @@ from agents.window.outgoing import candidate_messages, evicted_messages, scope_o
 from schemas import SessionEvent, TurnEvent
 from services import metrics
 from services.errors import InvalidEvent
+from services.faults import crash_point
 from services.runtime import Runtime
 from services.stores.postgres import Archived, OutboxMessage
 
@@ -103,7 +104,8 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
                 messages = await handle_turn(rt, parsed, limits)
             else:
                 messages = await handle_session_end(rt, parsed)
-            await publish(rt, by_name, STAGE, messages)
+            crash_point(s, "window.after_commit")
+            await publish(rt, by_name, STAGE, messages, on_sent=lambda: crash_point(s, "window.after_publish"))
 
     async def window(stream: Any) -> None:
         async for event in stream.events():
