@@ -11,6 +11,7 @@ The app is restarted if it dies; SIGINT/SIGTERM stop everything, children includ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import importlib.util
 import logging
@@ -275,16 +276,41 @@ class EmbeddedStack:
         self.app.start()
         (self.run_dir / "app.pid").write_text(str(self.app.proc.pid if self.app.proc else ""))
 
+    def _revive(self, child: Child) -> None:
+        """Start a dead broker or Postgres again; the app rides out the gap (its stages retry).
+
+        Postgres recovers from its WAL. The broker keeps topics in memory, so
+        after its restart the topics are declared again and what it held is
+        gone (the README's broker limits).
+        """
+        log.error(
+            "%s exited with %s; restarting it (see %s)",
+            child.name,
+            child.proc and child.proc.returncode,
+            child.log_path,
+        )
+        if child.proc is not None:
+            with contextlib.suppress(ProcessLookupError):  # orphaned backends of a killed postmaster
+                os.killpg(child.proc.pid, signal.SIGKILL)
+        child.stop()
+        child.start()
+        if child.name == "broker":
+            wait_until(lambda: _tcp_open(*_host_port(self.settings.kafka_bootstrap)), 30, "broker")
+            asyncio.run(create_topics(self.settings.kafka_bootstrap, load_specs(self.settings.topics_file)))
+
     def supervise(self) -> int:
-        """Restart the app when it dies; stop when broker or Postgres die or on a signal."""
+        """Restart whatever dies (app, Postgres, broker) until a signal stops the stack."""
         backoff = 1.0
         while not self._stopping:
             time.sleep(0.5)
             for child in self.children:
-                if not child.alive():
-                    log.error("%s exited; stopping the stack (see %s)", child.name, child.log_path)
-                    self.stop()
-                    return 1
+                if not child.alive() and not self._stopping:
+                    try:
+                        self._revive(child)
+                    except StackError as exc:
+                        log.error("%s could not be restarted: %s; stopping the stack", child.name, exc)
+                        self.stop()
+                        return 1
             if self.app is not None and not self.app.alive():
                 code = self.app.proc.returncode if self.app.proc else None
                 log.warning("app exited with %s; restarting in %.0fs", code, backoff)
