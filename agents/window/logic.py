@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas import TurnEvent
+from schemas import TurnEvent, codec
 from services.textutil import count_tokens
 
 
@@ -62,7 +62,7 @@ def split_by_size(turns: list[TurnEvent], max_bytes: int, envelope: int = 1024) 
     parts: list[list[TurnEvent]] = []
     size = envelope
     for turn in turns:
-        turn_size = len(turn.model_dump_json()) + 2
+        turn_size = len(codec.dumps(turn)) + 2  # bytes, as produced: CJK is 3 a character
         if parts and size + turn_size <= max_bytes:
             parts[-1].append(turn)
             size += turn_size

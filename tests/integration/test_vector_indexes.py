@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from services.errors import StoreRejected, StoreUnavailable
 from services.stores.qdrant_edge_index import EdgeIndex
 from services.stores.qdrant_server_index import ServerIndex
 from services.stores.vector import Bm25Encoder, IndexedMemory, Scope, VectorIndex
@@ -59,3 +60,34 @@ async def test_upsert_is_idempotent_and_delete_removes(index: VectorIndex) -> No
 def test_a_scope_needs_tenant_and_user() -> None:
     with pytest.raises(ValueError, match="tenant_id and user_id"):
         Scope("", "alice")
+
+
+async def test_the_index_rejects_bad_data_as_rejected_not_as_an_outage(index: VectorIndex) -> None:
+    with pytest.raises(StoreRejected):
+        await index.upsert([point("00000000-0000-0000-0000-000000000009", "alice", "two dims", [1, 0])])
+
+
+async def test_an_unreachable_qdrant_server_is_an_outage() -> None:
+    """A stage retries an outage instead of dead-lettering every valid change (the old behaviour)."""
+    idx = ServerIndex("http://127.0.0.1:1", "memories")
+    try:
+        with pytest.raises(StoreUnavailable):
+            await idx.upsert([point("00000000-0000-0000-0000-000000000001", "alice", "tea", [1, 0, 0])])
+        with pytest.raises(StoreUnavailable):
+            await idx.search(Scope("t", "alice"), [1.0, 0.0, 0.0], Bm25Encoder().query("tea"), 5)
+    finally:
+        await idx.close()
+
+
+async def test_every_edge_shard_call_runs_on_its_one_owner_thread(tmp_path: Path) -> None:
+    import threading
+
+    idx = EdgeIndex(tmp_path / "owned")
+    await idx.ensure(3)
+    seen: set[str] = set()
+    loop_thread = threading.current_thread().name
+    for _ in range(5):
+        seen.add(await idx._on_owner("probe", lambda: threading.current_thread().name))
+    await idx.close()
+    assert len(seen) == 1
+    assert seen != {loop_thread}

@@ -71,3 +71,16 @@ def test_trim_invariants(sizes: list[int], max_tokens: int, max_turns: int, keep
     # Either within limits, or nothing evictable is left.
     within = len(update.window) <= max_turns and window_tokens(update.window) <= max_tokens
     assert within or len(update.window) <= 1 + keep_last
+
+
+@given(st.lists(st.integers(0, 4_000), min_size=1, max_size=40), st.integers(2_000, 40_000))
+def test_chunks_split_under_the_message_limit_keep_every_turn_in_order(sizes: list[int], limit: int) -> None:
+    from agents.window.logic import split_by_size
+    from schemas import EvictedChunk, codec
+
+    turns = [turn_event(i, "字" * n) for i, n in enumerate(sizes)]
+    parts = split_by_size(turns, limit)
+    assert [t.event_id for part in parts for t in part] == [t.event_id for t in turns]
+    for part in parts:
+        chunk = EvictedChunk(tenant_id="t", user_id="u", session_id="s", reason="trimmed", turns=part, cause=["c"])
+        assert len(part) == 1 or len(codec.dumps(chunk)) <= limit
