@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
+
+import orjson
 
 from agents.consolidator.decide import Action, Decision, Neighbours, decide
 from schemas import ChangeOp, EmbeddedCandidate, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
@@ -11,6 +14,21 @@ from services.textutil import content_hash
 
 REINFORCE_BOOST = 0.05
 MAX_SOURCES = 50
+# Provenance metadata kept per record: a memory.changes message carries it
+# whole, so it must stay far below the broker's message limit.
+MAX_METADATA_BYTES = 64 * 1024
+
+
+def recent_metadata(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest entries (at most MAX_SOURCES) whose JSON fits in MAX_METADATA_BYTES."""
+    kept: list[dict[str, Any]] = []
+    size = 0
+    for entry in reversed(entries[-MAX_SOURCES:]):
+        size += len(orjson.dumps(entry))
+        if size > MAX_METADATA_BYTES:
+            break
+        kept.append(entry)
+    return kept[::-1]
 
 
 def new_record(item: EmbeddedCandidate, record_id: str, now: datetime) -> MemoryRecord:
@@ -43,7 +61,7 @@ def reinforced(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> 
         event_ids=[*target.source.event_ids, *(e for e in c.source.event_ids if e not in target.source.event_ids)][
             -MAX_SOURCES:
         ],
-        metadata=[*target.source.metadata, *c.source.metadata][-MAX_SOURCES:],
+        metadata=recent_metadata([*target.source.metadata, *c.source.metadata]),
     )
     return target.model_copy(
         update={

@@ -91,3 +91,14 @@ def test_value_stated_again_after_supersession_gets_a_new_id() -> None:
     assert decision.record_id not in {stable_id("new"), stable_id("cur")}
     again = decide(candidate("Pune", events=("e3",)), Neighbours(same_id=superseded, active_fact=current))
     assert again.record_id == decision.record_id
+
+
+def test_provenance_metadata_keeps_the_newest_entries_that_fit() -> None:
+    from agents.consolidator.apply import MAX_METADATA_BYTES, recent_metadata
+
+    big = [{"i": i, "blob": "x" * 10_000} for i in range(60)]
+    kept = recent_metadata(big)
+    assert kept == big[-len(kept) :]
+    assert 0 < len(kept) < 60
+    assert sum(len(str(e)) for e in kept) <= MAX_METADATA_BYTES
+    assert recent_metadata([{"a": 1}, {"b": 2}]) == [{"a": 1}, {"b": 2}]
