@@ -48,13 +48,7 @@ async def handle_turn(rt: Runtime, turn: TurnEvent, limits: WindowLimits) -> lis
             conn, turn.tenant_id, turn.user_id, turn.session_id, update.window, window_tokens(update.window)
         )
         messages = candidate_messages(turn) + evicted_messages(
-            turn.tenant_id,
-            turn.user_id,
-            turn.session_id,
-            update.evicted,
-            reason="trimmed",
-            cause=turn.event_id,
-            max_bytes=rt.settings.max_message_bytes,
+            turn, update.evicted, reason="trimmed", max_bytes=rt.settings.max_message_bytes
         )
         await rt.outbox.add(conn, messages)
     return messages
@@ -77,15 +71,7 @@ async def handle_session_end(rt: Runtime, event: SessionEvent) -> list[OutboxMes
             closed_at=event.ts,
             end_event_id=event.event_id,
         )
-        messages = evicted_messages(
-            event.tenant_id,
-            event.user_id,
-            event.session_id,
-            state.turns,
-            reason="session_end",
-            cause=event.event_id,
-            max_bytes=rt.settings.max_message_bytes,
-        )
+        messages = evicted_messages(event, state.turns, reason="session_end", max_bytes=rt.settings.max_message_bytes)
         await rt.outbox.add(conn, messages)
     return messages
 

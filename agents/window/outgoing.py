@@ -6,7 +6,7 @@ from typing import Literal
 
 from agents.rules.candidates import candidates_for_turn
 from agents.window.logic import split_by_size
-from schemas import EvictedChunk, TurnEvent, codec, partition_key
+from schemas import EvictedChunk, SessionEvent, TurnEvent, codec, partition_key
 from services import topics
 from services.stores.postgres import OutboxMessage
 from services.textutil import stable_id
@@ -17,24 +17,27 @@ def scope_of(tenant_id: str, user_id: str) -> str:
 
 
 def evicted_messages(
-    tenant_id: str,
-    user_id: str,
-    session_id: str,
+    cause: TurnEvent | SessionEvent,
     turns: list[TurnEvent],
     *,
     reason: Literal["trimmed", "session_end"],
-    cause: str,
     max_bytes: int,
 ) -> list[OutboxMessage]:
-    """One chunk per run of turns that fits in a message."""
+    """One chunk per run of turns that fits in a message; `cause` is the event that evicted them."""
+    tenant_id, user_id, session_id = cause.tenant_id, cause.user_id, cause.session_id
     out = []
     for part, run in enumerate(split_by_size(turns, max_bytes) if turns else []):
         chunk = EvictedChunk(
-            tenant_id=tenant_id, user_id=user_id, session_id=session_id, reason=reason, turns=run, cause=[cause]
+            tenant_id=tenant_id,
+            user_id=user_id,
+            session_id=session_id,
+            reason=reason,
+            turns=run,
+            cause=[cause.event_id],
         )
         out.append(
             OutboxMessage(
-                id=stable_id("outbox", tenant_id, user_id, cause, "evicted", str(part)),
+                id=stable_id("outbox", tenant_id, user_id, cause.event_id, "evicted", str(part)),
                 scope=scope_of(tenant_id, user_id),
                 topic=topics.EVICTED,
                 key=chunk.key,
