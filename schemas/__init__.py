@@ -13,12 +13,14 @@ from schemas.memory import (
     MemoryType,
     Provenance,
 )
+from schemas.validation import Identifier
 
 __all__ = [
     "ChangeOp",
     "ChatEvent",
     "EmbeddedCandidate",
     "EvictedChunk",
+    "Identifier",
     "MemoryCandidate",
     "MemoryChange",
     "MemoryRecord",

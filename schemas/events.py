@@ -2,6 +2,11 @@
 
 Turns and session events share the topic (and the `tenant:user` key) so a
 consumer sees a session's end after all of its turns.
+
+The models are strict (no "5" for 5, no epoch number for a time): a producer
+learns about a mistake at once instead of finding it coerced in memory. The
+rules themselves live in `schemas.validation`, beside the JSON Schema they
+generate.
 """
 
 from __future__ import annotations
@@ -9,11 +14,20 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict, Tag, TypeAdapter
+
+from schemas.validation import (
+    INTEGER_LITERAL_NOTE,
+    Content,
+    Identifier,
+    Metadata,
+    Timestamp,
+    TurnIndex,
+    fail,
+    require_int,
+)
 
 SCHEMA_VERSION: Literal[1] = 1
-
-Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^:\s]+$")]
 
 
 class Role(StrEnum):
@@ -23,16 +37,28 @@ class Role(StrEnum):
     TOOL = "tool"
 
 
-class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+def _role_name(value: object) -> object:
+    """Lax enum validation would take b"user" too; JSON only has strings."""
+    if not isinstance(value, str):
+        fail("enum_type", f"must be a string, not {type(value).__name__}")
+    return value
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+
+RoleName = Annotated[Role, Strict(False), BeforeValidator(_role_name)]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    schema_version: Annotated[
+        Literal[1], BeforeValidator(require_int), Field(json_schema_extra=INTEGER_LITERAL_NOTE)
+    ] = SCHEMA_VERSION
     event_id: Identifier
     tenant_id: Identifier
     user_id: Identifier
     session_id: Identifier
-    ts: AwareDatetime
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    ts: Timestamp
+    metadata: Metadata = Field(default_factory=dict)
 
     @property
     def key(self) -> bytes:
@@ -43,9 +69,9 @@ class TurnEvent(_Event):
     """One message of a conversation, as the chat service saw it."""
 
     type: Literal["turn"] = "turn"
-    turn_index: int = Field(ge=0)
-    role: Role
-    content: str
+    turn_index: TurnIndex
+    role: RoleName
+    content: Content
 
 
 class SessionEvent(_Event):
@@ -61,7 +87,12 @@ def _event_kind(data: Any) -> str:
 
 
 ChatEvent = Annotated[
-    Annotated[TurnEvent, Tag("turn")] | Annotated[SessionEvent, Tag("session_end")], Discriminator(_event_kind)
+    Annotated[TurnEvent, Tag("turn")] | Annotated[SessionEvent, Tag("session_end")],
+    Discriminator(
+        _event_kind,
+        custom_error_type="event_type",
+        custom_error_message="type must be 'turn' (the default) or 'session_end'",
+    ),
 ]
 chat_event_adapter: TypeAdapter[TurnEvent | SessionEvent] = TypeAdapter(ChatEvent)
 

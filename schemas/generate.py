@@ -7,20 +7,26 @@ committed files drift from the models.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel
-
-from schemas.events import SessionEvent, TurnEvent
+from schemas.events import SessionEvent, TurnEvent, chat_event_adapter
 from schemas.memory import EmbeddedCandidate, EvictedChunk, MemoryCandidate, MemoryChange
 
-MODELS: dict[str, type[BaseModel]] = {
-    "turn_event": TurnEvent,
-    "session_event": SessionEvent,
-    "evicted_chunk": EvictedChunk,
-    "memory_candidate": MemoryCandidate,
-    "embedded_candidate": EmbeddedCandidate,
-    "memory_change": MemoryChange,
+# `chat_event` is what a `chat.turns` message must match: a turn or a session end.
+SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
+    "chat_event": lambda: {
+        "title": "ChatEvent",
+        "description": "A message on chat.turns: a turn (`type` omitted or 'turn') or a session end.",
+        **chat_event_adapter.json_schema(),
+    },
+    "turn_event": TurnEvent.model_json_schema,
+    "session_event": SessionEvent.model_json_schema,
+    "evicted_chunk": EvictedChunk.model_json_schema,
+    "memory_candidate": MemoryCandidate.model_json_schema,
+    "embedded_candidate": EmbeddedCandidate.model_json_schema,
+    "memory_change": MemoryChange.model_json_schema,
 }
 
 JSON_DIR = Path(__file__).parent / "json"
@@ -28,8 +34,7 @@ JSON_DIR = Path(__file__).parent / "json"
 
 def render() -> dict[str, str]:
     return {
-        f"{name}.schema.json": json.dumps(model.model_json_schema(), indent=2, sort_keys=True) + "\n"
-        for name, model in MODELS.items()
+        f"{name}.schema.json": json.dumps(schema(), indent=2, sort_keys=True) + "\n" for name, schema in SCHEMAS.items()
     }
 
 

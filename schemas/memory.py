@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from schemas.events import TurnEvent, partition_key
+from schemas.validation import Identifier
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -43,15 +44,15 @@ class ChangeOp(StrEnum):
 class Provenance(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    session_id: str
+    session_id: Identifier
     event_ids: list[str]
     metadata: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class _Keyed(BaseModel):
     model_config = ConfigDict(frozen=True)
-    tenant_id: str
-    user_id: str
+    tenant_id: Identifier
+    user_id: Identifier
 
     @property
     def key(self) -> bytes:
@@ -62,7 +63,7 @@ class EvictedChunk(_Keyed):
     """Turns that left a working window, in order; `reason` says why."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    session_id: str
+    session_id: Identifier
     reason: Literal["trimmed", "session_end"]
     turns: list[TurnEvent]
     cause: list[str]
@@ -99,8 +100,8 @@ class MemoryRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     id: MemoryId
-    tenant_id: str
-    user_id: str
+    tenant_id: Identifier
+    user_id: Identifier
     type: MemoryType
     text: str
     content_hash: str

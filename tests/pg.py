@@ -30,16 +30,34 @@ class PgServer:
         ensure_database(dsn)
         return dsn
 
-    def pause(self) -> None:
-        """SIGSTOP the postmaster and its backends: an outage that keeps sockets open."""
-        self._signal_all("STOP")
-
-    def resume(self) -> None:
-        self._signal_all("CONT")
-
-    def _signal_all(self, sig: str) -> None:
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """SIGSTOP the postmaster and every backend (an outage that keeps sockets open); SIGCONT after."""
         assert self.child.proc is not None
-        os.killpg(self.child.proc.pid, getattr(signal, f"SIG{sig}"))
+        postmaster = self.child.proc.pid
+        # Backends call setsid(), so the postmaster's process group does not reach them.
+        stopped = [postmaster, *children_of(postmaster)]
+        try:
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            yield
+        finally:
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of `pid`, read from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+    return found
 
 
 def _free_port() -> int:

@@ -1,42 +1,54 @@
-"""FastAPI application factory. Every memory route takes tenant and user."""
+"""FastAPI application factory. Every memory route takes tenant and user.
+
+Layers, outermost first: RequestContext (request id, counts, last-resort
+500) → BodyLimit (413) → Deadline (/v1 only, 503) → FastAPI's exception
+handlers (services/api/errors.py) → routes, whose bodies are strict JSON
+(services/api/jsonbody.py) and whose ids are checked (services/api/models.py).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import Annotated
 
-from fastapi import FastAPI, HTTPException, Query, Request, Response
+from fastapi import FastAPI, HTTPException, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from schemas import MemoryStatus, MemoryType
 from services import metrics
+from services.api import errors
 from services.api.health import Readiness
-from services.api.models import History, MemoryList, RecallRequest, RecallResponse, WorkingWindow
+from services.api.jsonbody import StrictJsonRoute
+from services.api.limits import BodyLimit, Deadline, RequestContext
+from services.api.models import (
+    History,
+    Limit,
+    MemoryIdPath,
+    MemoryList,
+    Offset,
+    RecallRequest,
+    RecallResponse,
+    SessionPath,
+    TenantQ,
+    UserPath,
+    UserQ,
+    WorkingWindow,
+)
 from services.api.ranking import Weights
 from services.api.recall import recall, working
-from services.errors import StoreError
 from services.runtime import Runtime
-
-TenantQ = Annotated[str, Query(min_length=1, max_length=200, description="Tenant that owns the memory")]
-UserQ = Annotated[str, Query(min_length=1, max_length=200)]
 
 
 def create_app(rt: Runtime, readiness: Readiness) -> FastAPI:
+    settings = rt.settings
     app = FastAPI(title="memstream", version="0.1.0")
+    app.router.route_class = StrictJsonRoute
+    errors.install(app)
+    # add_middleware puts each new layer outside the previous ones.
+    app.add_middleware(Deadline, seconds=settings.http_request_timeout)
+    app.add_middleware(BodyLimit, max_bytes=settings.http_max_body_bytes)
+    app.add_middleware(RequestContext)
     weights = Weights()
-
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        metrics.HTTP_REQUESTS.labels(route=getattr(route, "path", "unmatched"), status=str(response.status_code)).inc()
-        return response
-
-    @app.exception_handler(StoreError)
-    async def store_unavailable(_: Request, exc: StoreError) -> JSONResponse:
-        return JSONResponse(status_code=503, content={"detail": str(exc)})
 
     @app.post("/v1/recall", response_model=RecallResponse)
     async def recall_route(body: RecallRequest) -> RecallResponse:
@@ -48,25 +60,25 @@ def create_app(rt: Runtime, readiness: Readiness) -> FastAPI:
 
     @app.get("/v1/users/{user_id}/memories", response_model=MemoryList)
     async def list_memories(
-        user_id: str,
+        user_id: UserPath,
         tenant_id: TenantQ,
         type: MemoryType | None = None,
         status: MemoryStatus | None = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Limit = 100,
+        offset: Offset = 0,
     ) -> MemoryList:
-        found = await rt.pg.list_memories(tenant_id, user_id, type_=type, status=status, limit=limit, offset=offset)
+        found = await rt.reads.list_memories(tenant_id, user_id, type_=type, status=status, limit=limit, offset=offset)
         return MemoryList(memories=found)
 
     @app.get("/v1/users/{user_id}/memories/{memory_id}/history", response_model=History)
-    async def history(user_id: str, memory_id: str, tenant_id: TenantQ) -> History:
-        chain = await rt.pg.history(tenant_id, user_id, memory_id)
+    async def history(user_id: UserPath, memory_id: MemoryIdPath, tenant_id: TenantQ) -> History:
+        chain = await rt.reads.history(tenant_id, user_id, memory_id)
         if not chain:
             raise HTTPException(status_code=404, detail=f"no memory {memory_id} for this tenant and user")
         return History(memory_id=memory_id, chain=chain)
 
     @app.get("/v1/sessions/{session_id}/working", response_model=WorkingWindow)
-    async def working_route(session_id: str, tenant_id: TenantQ, user_id: UserQ) -> WorkingWindow:
+    async def working_route(session_id: SessionPath, tenant_id: TenantQ, user_id: UserQ) -> WorkingWindow:
         window = await working(rt, tenant_id, user_id, session_id)
         if window is None:
             raise HTTPException(status_code=404, detail=f"no session {session_id} for this tenant and user")

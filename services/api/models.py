@@ -1,26 +1,61 @@
-"""HTTP request and response bodies."""
+"""HTTP request and response bodies, and the checked types of path and query parameters.
+
+Every id a client sends (body, path or query) is a `schemas.Identifier`, the
+same rule the event contract applies (1-200 characters, no ':', whitespace,
+control character or lone surrogate, already NFC), so no NUL or surrogate
+reaches a store: Postgres would refuse them with a driver error, which used
+to surface as a 503.
+"""
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Path, Query
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic_core import PydanticCustomError
 
-from schemas import MemoryRecord, MemoryType
+from schemas import Identifier, MemoryRecord, MemoryType
+from schemas.memory import MemoryId
+from schemas.validation import has_surrogate
 
-Ident = Field(min_length=1, max_length=200)
+QUERY_MAX_CHARS = 8_000
+MAX_OFFSET = 1_000_000
+
+
+def _free_text(value: str) -> str:
+    """Free text may hold newlines and tabs, but not NUL (a client bug, and no store keeps it) or lone surrogates."""
+    if has_surrogate(value):
+        raise PydanticCustomError("text_surrogate", "must be valid Unicode (found a lone surrogate)")
+    if "\x00" in value:
+        raise PydanticCustomError("text_nul", "must not contain NUL (U+0000)")
+    return unicodedata.normalize("NFC", value)
+
+
+QueryText = Annotated[str, StringConstraints(min_length=1, max_length=QUERY_MAX_CHARS), AfterValidator(_free_text)]
+
+# Path and query parameters of the memory routes.
+TenantQ = Annotated[Identifier, Query(description="Tenant that owns the memory")]
+UserQ = Annotated[Identifier, Query(description="User whose memory it is")]
+UserPath = Annotated[Identifier, Path(description="User whose memory it is")]
+SessionPath = Annotated[Identifier, Path(description="Session id")]
+MemoryIdPath = Annotated[MemoryId, Path(description="Memory id (a UUID)")]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
 class RecallRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tenant_id: str = Ident
-    user_id: str = Ident
-    query: str = Field(min_length=1, max_length=8_000)
-    top_k: int = Field(default=10, ge=1, le=100)
-    token_budget: int = Field(default=2_000, ge=1, le=64_000)
-    session_id: str | None = None
+    tenant_id: Identifier
+    user_id: Identifier
+    query: QueryText
+    # Strict: "5", 5.0 and true are type errors, not quietly a number.
+    top_k: int = Field(default=10, ge=1, le=100, strict=True)
+    token_budget: int = Field(default=2_000, ge=1, le=64_000, strict=True)
+    session_id: Identifier | None = None
     types: list[MemoryType] | None = None
 
 

@@ -60,7 +60,7 @@ def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest) -> li
 
 
 async def working(rt: Runtime, tenant_id: str, user_id: str, session_id: str) -> WorkingWindow | None:
-    row = await rt.pg.working_window(tenant_id, user_id, session_id)
+    row = await rt.windows.working_window(tenant_id, user_id, session_id)
     if row is None:
         return None
     turns = [WorkingTurn.model_validate(t) for t in row["window_turns"]]
@@ -77,13 +77,13 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights) -> RecallRes
     pool = max(req.top_k * 3, rt.settings.recall_candidates)
     hits, scored = await asyncio.gather(
         rt.index.search(scope, dense, rt.bm25.query(req.query), pool),
-        rt.pg.active_profile(
+        rt.reads.active_profile(
             req.tenant_id, req.user_id, dense, rt.settings.profile_min_similarity, limit=max(3, req.top_k // 3)
         ),
     )
     # The index follows Postgres through memory.changes; drop what Postgres no
     # longer holds as active (e.g. a fact superseded a moment ago).
-    live = await rt.pg.active_ids(req.tenant_id, req.user_id, [h.id for h in hits])
+    live = await rt.reads.active_ids(req.tenant_id, req.user_id, [h.id for h in hits])
     hits = [h for h in hits if h.id in live]
     best = max((h.score for h in hits), default=0.0)
     profile = _profile(scored, req)

@@ -203,15 +203,12 @@ async def test_an_unreachable_database_is_an_outage_reported_within_the_timeouts
 async def test_a_paused_then_resumed_database_recovers(pg_server: PgServer, pool: PgPool) -> None:
     """SIGSTOP holds connections open but silent; the pool's wait is bounded, and service resumes."""
     async with pool.connection("hold") as held:
-        pg_server.pause()
-        try:
+        with pg_server.paused():
             started = time.monotonic()
             with pytest.raises(StoreUnavailable):  # the pool's only other slot cannot connect in time
                 async with pool.connection("ping") as conn:
                     await conn.execute("SELECT 1")
             assert time.monotonic() - started < 5
-        finally:
-            pg_server.resume()
         await held.execute("SELECT 1")
     assert await pool.ping()
 

@@ -1,0 +1,185 @@
+"""Pure ASGI middleware: request ids and the last-resort 500, the body cap, the per-request deadline.
+
+Pure ASGI rather than `@app.middleware("http")`: these must see every
+message, answer before the app has read anything (413) and walk away from a
+handler stuck on a store (503) without waiting for it to unwind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from services import metrics
+from services.api.errors import (
+    INTERNAL,
+    REQUEST_ID_HEADER,
+    REQUEST_ID_KEY,
+    error_response,
+    request_id,
+    unavailable,
+)
+
+log = logging.getLogger(__name__)
+
+_CLIENT_ID = re.compile(rb"[A-Za-z0-9._-]{1,64}")
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value)
+    return None
+
+
+class RequestContext:
+    """Outermost layer: every response gets `x-request-id`, is counted by route, and no exception escapes.
+
+    A client's own `x-request-id` is kept when it is a short token, so one id
+    can follow a request across services; anything else is replaced.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        offered = _header(scope, REQUEST_ID_HEADER.encode())
+        rid = offered.decode() if offered and _CLIENT_ID.fullmatch(offered) else uuid.uuid4().hex
+        scope[REQUEST_ID_KEY] = rid
+        status: int | None = None
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                headers = [*message.get("headers", ()), (REQUEST_ID_HEADER.encode(), rid.encode())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("request %s (%s %r) failed", rid, scope.get("method"), scope.get("path"))
+            if status is None:
+                await error_response(500, INTERNAL)(scope, receive, send_with_id)
+        finally:
+            if status is not None:
+                route = getattr(scope.get("route"), "path", "unmatched")
+                metrics.HTTP_REQUESTS.labels(route=route, status=str(status)).inc()
+
+
+class BodyLimit:
+    """Bodies over `max_bytes` get 413 before the app sees them.
+
+    A declared Content-Length over the cap is refused without reading a
+    byte; otherwise chunks are counted as they arrive (chunked uploads have
+    no length) and reading stops at the cap, so at most `max_bytes` plus one
+    chunk is ever held. The accepted body is handed on as one message.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> ASGIApp:
+        return error_response(413, f"request body larger than {self.max_bytes} bytes")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
+            await self._too_large()(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away: nobody to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large()(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body: Message | None = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        async def replay() -> Message:
+            nonlocal body
+            if body is not None:
+                first, body = body, None
+                return first
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class Deadline:
+    """`/v1` requests not answered within `seconds` get 503 with Retry-After.
+
+    The handler runs as its own task and is abandoned (cancelled, not
+    awaited) at the deadline: a cancelled psycopg query first tries to cancel
+    on the server, which takes seconds more when Postgres hangs. Whatever
+    the abandoned task sends later is dropped.
+    """
+
+    def __init__(self, app: ASGIApp, seconds: float, prefix: str = "/v1/") -> None:
+        self.app = app
+        self.seconds = seconds
+        self.prefix = prefix
+        # The loop holds tasks weakly: abandoned ones are kept here until they end.
+        self._abandoned: set[asyncio.Task[None]] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(self.prefix):
+            await self.app(scope, receive, send)
+            return
+        started = False
+        abandoned = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if abandoned:
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        async def handle() -> None:
+            await self.app(scope, receive, guarded_send)
+
+        task = asyncio.create_task(handle())
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.seconds)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task in done or started:
+            # Finished, or already answering: let the response complete.
+            await task
+            return
+        abandoned = True
+        task.cancel()
+        rid = request_id(scope)
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned.discard)
+        task.add_done_callback(lambda t: _log_abandoned(t, rid))
+        log.warning("request %s (%s %r) exceeded %.1fs", rid, scope.get("method"), scope.get("path"), self.seconds)
+        await unavailable()(scope, receive, send)
+
+
+def _log_abandoned(task: asyncio.Task[None], rid: str) -> None:
+    """Retrieve the abandoned task's outcome, so asyncio does not report it as never retrieved."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.info("request %s: abandoned handler ended with %r", rid, exc)
