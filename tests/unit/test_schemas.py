@@ -7,14 +7,10 @@ def test_committed_json_schemas_match_the_models() -> None:
     assert on_disk == rendered, "schemas drifted: run `make schemas` and commit schemas/json"
 
 
-def test_memory_ids_must_be_uuids() -> None:
-    import pytest
-    from pydantic import ValidationError
-
-    from schemas import MemoryCandidate
+def candidate_json() -> dict[str, object]:
     from services.textutil import stable_id
 
-    good = {
+    return {
         "candidate_id": stable_id("x"),
         "tenant_id": "t",
         "user_id": "u",
@@ -26,6 +22,16 @@ def test_memory_ids_must_be_uuids() -> None:
         "source": {"session_id": "s", "event_ids": ["e"]},
         "extractor": "test",
     }
+
+
+def test_memory_ids_must_be_uuids() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from schemas import MemoryCandidate
+    from services.textutil import stable_id
+
+    good = candidate_json()
     assert MemoryCandidate.model_validate(good).candidate_id == stable_id("x")
     with pytest.raises(ValidationError, match="candidate_id"):
         MemoryCandidate.model_validate({**good, "candidate_id": "seed-4"})
@@ -71,20 +77,8 @@ def test_memory_contracts_carry_the_event_identifier_rules() -> None:
     from pydantic import ValidationError
 
     from schemas import EvictedChunk, MemoryCandidate, Provenance
-    from services.textutil import stable_id
 
-    candidate = {
-        "candidate_id": stable_id("x"),
-        "tenant_id": "t",
-        "user_id": "u",
-        "type": "exchange",
-        "text": "hello",
-        "importance": 0.5,
-        "confidence": 1.0,
-        "observed_at": "2026-01-01T00:00:00Z",
-        "source": {"session_id": "s", "event_ids": ["e"]},
-        "extractor": "test",
-    }
+    candidate = candidate_json()
     for bad in ("x\x1fp", "a:b", "", "u\x00", "a b"):
         with pytest.raises(ValidationError, match="tenant_id"):
             MemoryCandidate.model_validate({**candidate, "tenant_id": bad})
