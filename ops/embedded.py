@@ -249,6 +249,7 @@ class EmbeddedStack:
         self.run_dir = settings.data_dir / "run"
         self.children: list[Child] = []
         self.app: Child | None = None
+        self._app_started = 0.0
         self._stopping = False
 
     def start_infrastructure(self) -> None:
@@ -273,7 +274,13 @@ class EmbeddedStack:
         created = asyncio.run(create_topics(self.settings.kafka_bootstrap, specs))
         log.info("topics ready (%d created)", len(created))
 
+    def _sleep_unless_stopping(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stopping and time.monotonic() < deadline:
+            time.sleep(0.1)
+
     def start_app(self) -> None:
+        self._app_started = time.monotonic()
         self.app = Child(
             "app", [sys.executable, "-m", "services.cli", "worker", "--with-api"], self.log_dir, env=dict(os.environ)
         )
@@ -315,10 +322,13 @@ class EmbeddedStack:
                         log.error("%s could not be restarted: %s; stopping the stack", child.name, exc)
                         self.stop()
                         return 1
-            if self.app is not None and not self.app.alive():
+            if self.app is not None and not self.app.alive() and not self._stopping:
                 code = self.app.proc.returncode if self.app.proc else None
+                # A crash after a healthy minute starts the backoff over.
+                if time.monotonic() - self._app_started > 60:
+                    backoff = 1.0
                 log.warning("app exited with %s; restarting in %.0fs", code, backoff)
-                time.sleep(backoff)
+                self._sleep_unless_stopping(backoff)
                 backoff = min(backoff * 2, 30.0)
                 if not self._stopping:
                     self.start_app()

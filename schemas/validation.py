@@ -52,8 +52,9 @@ VALIDATOR_ONLY = "x-memstream-validator-only"
 # two units and is not matched; in code-point engines it is one code point.
 LONE_SURROGATE = r"(?:^|[^\ud800-\udbff])[\udc00-\udfff]|[\ud800-\udbff](?:[^\udc00-\udfff]|$)"
 # C0 controls, space, DEL, C1 controls, NBSP, every other Unicode White_Space
-# character and U+FEFF, plus the key separator ':'.
-_ID_FORBIDDEN_CLASS = r"[:\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+# character and U+FEFF, plus the key separator ':' and '/' (ids are URL path
+# segments of the HTTP API, and a decoded '/' cannot be routed).
+_ID_FORBIDDEN_CLASS = r"[:/\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
 ID_FORBIDDEN = f"{_ID_FORBIDDEN_CLASS}|{LONE_SURROGATE}"
 METADATA_STRING_FORBIDDEN = rf"\u0000|{LONE_SURROGATE}"
 
@@ -117,7 +118,7 @@ def check_identifier(value: str) -> str:
     if found := _ID_FORBIDDEN_RE.search(value):
         fail(
             "identifier_char",
-            f"must not contain ':', whitespace or control characters (found {_code_point(found.group())})",
+            f"must not contain ':', '/', whitespace or control characters (found {_code_point(found.group())})",
         )
     if has_surrogate(value):
         fail("identifier_surrogate", "must be valid Unicode (found a lone surrogate)")
@@ -132,7 +133,7 @@ _ID_SCHEMA: dict[str, Any] = {
     "maxLength": ID_MAX_CHARS,
     "not": {"pattern": ID_FORBIDDEN},
     "description": (
-        f"1 to {ID_MAX_CHARS} characters (code points); no ':', whitespace, C0/C1 control character, DEL "
+        f"1 to {ID_MAX_CHARS} characters (code points); no ':', '/', whitespace, C0/C1 control character, DEL "
         "or lone surrogate; already NFC-normalised."
     ),
     VALIDATOR_ONLY: {"id-nfc": "must already be NFC; normalisation is not expressible in JSON Schema"},

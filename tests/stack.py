@@ -8,18 +8,31 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 import orjson
 
+from services.config import Settings
+
 ROOT = Path(__file__).resolve().parent.parent
+FAULT_RESULTS = ROOT / "bench-results" / "fault-tests.jsonl"
 T = TypeVar("T")
+
+
+def user_path(user: str) -> str:
+    """A user id as one path segment: every reserved character escaped, dots too.
+
+    Dots matter because clients (httpx included) collapse a `.` or `..`
+    segment before sending; `%2E` survives that and the server decodes it.
+    """
+    return quote(user, safe="").replace(".", "%2E")
 
 
 @dataclass
@@ -46,7 +59,7 @@ class Stack:
         return data
 
     def memories(self, tenant: str, user: str, **params: Any) -> list[dict[str, Any]]:
-        response = self.get(f"/v1/users/{user}/memories", tenant_id=tenant, limit=1000, **params)
+        response = self.get(f"/v1/users/{user_path(user)}/memories", tenant_id=tenant, limit=1000, **params)
         response.raise_for_status()
         found: list[dict[str, Any]] = response.json()["memories"]
         return found
@@ -64,6 +77,24 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str, interval:
             last = exc
         time.sleep(interval)
     raise TimeoutError(f"{what} not reached within {timeout}s (last error: {last})")
+
+
+def settle(probe: Callable[[], bool], timeout: float, interval: float = 1.0) -> float | None:
+    """Seconds until `probe` holds, or None if it never did: the caller reports figures either way.
+
+    Unlike wait_for, missing the deadline is not an exception, so a fault test
+    can still count what was lost before it asserts.
+    """
+    started = time.monotonic()
+    while True:
+        try:
+            if probe():
+                return time.monotonic() - started
+        except (httpx.HTTPError, OSError, ValueError):
+            pass  # a store or the read service still recovering
+        if time.monotonic() - started >= timeout:
+            return None
+        time.sleep(interval)
 
 
 def _ready(proc: subprocess.Popen[bytes], base_url: str) -> bool:
@@ -103,6 +134,18 @@ def embedded_stack(data_dir: Path, port_offset: int = 0, extra_env: dict[str, st
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def stack_settings(stack: Stack) -> Settings:
+    """The Settings the stack's processes run with: built from the same environment they were given."""
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(stack.env)
+        return Settings()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def turn(
@@ -146,3 +189,165 @@ async def produce(bootstrap: str, events: list[dict[str, Any]] | list[bytes]) ->
     raw = [e if isinstance(e, bytes) else orjson.dumps(e) for e in events]
     async with TurnProducer(bootstrap) as producer:
         await producer.send_raw(raw)
+
+
+async def produce_records(
+    bootstrap: str, records: Sequence[tuple[bytes | None, bytes | None]], topic: str = "chat.turns"
+) -> list[tuple[int, int]]:
+    """Send (key, value) pairs as they are; returns each one's (partition, offset).
+
+    The offsets are what a DLQ entry's `x-memstream-source-*` headers point
+    back to, so a test can match every dead letter to the exact message sent,
+    even when the value (empty, a bare number, garbage) could carry no marker.
+    """
+    from aiokafka import AIOKafkaProducer
+
+    # Room for ~1 MB hostile values; no idempotence (the embedded broker rejects it).
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=2 * 1024 * 1024)
+    await producer.start()
+    try:
+        pending = [await producer.send(topic, key=key, value=value) for key, value in records]
+        return [(meta.partition, meta.offset) for meta in [await fut for fut in pending]]
+    finally:
+        await producer.stop()
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One memory.dlq message, headers decoded to bytes by name."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+    offset: int
+
+    def header(self, name: str) -> str:
+        return self.headers[f"x-memstream-{name}"].decode()
+
+    @property
+    def reason(self) -> str:
+        return self.header("reason")
+
+    @property
+    def source(self) -> tuple[str, int, int]:
+        """(topic, partition, offset) of the message that was dead-lettered."""
+        return self.header("source-topic"), int(self.header("source-partition")), int(self.header("source-offset"))
+
+
+async def read_dlq(bootstrap: str, *, at_least: int = 0, quiet: float = 2.0, within: float = 60.0) -> list[DeadLetter]:
+    """Every memory.dlq message so far: waits for `at_least`, then until nothing new arrives for `quiet` seconds.
+
+    Reading past `at_least` is what lets a test see a duplicate or an
+    unexpected entry instead of stopping at the count it hoped for.
+    """
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        "memory.dlq",
+        bootstrap_servers=bootstrap,
+        group_id=f"test-{uuid.uuid4().hex}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        found: list[DeadLetter] = []
+        deadline = time.monotonic() + within
+        last_new = time.monotonic()
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            fresh = [
+                DeadLetter(m.key, m.value, {k: bytes(v) for k, v in m.headers}, m.offset)
+                for msgs in batch.values()
+                for m in msgs
+            ]
+            if fresh:
+                found.extend(fresh)
+                last_new = time.monotonic()
+            elif len(found) >= at_least and time.monotonic() - last_new >= quiet:
+                break
+        return found
+    finally:
+        await consumer.stop()
+
+
+def postgres_pids(stack: Stack) -> list[int]:
+    """The postmaster (first line of postmaster.pid) and every process it forked.
+
+    Each backend calls setsid(), so the postmaster's process group holds the
+    postmaster alone: pausing "Postgres" means signalling every one of them.
+    """
+    postmaster = int((stack.data_dir / "pg" / "postmaster.pid").read_text().splitlines()[0])
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The command name (field 2) is in parentheses and may hold spaces: split after it.
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[1]) == postmaster:
+            children.append(int(stat.parent.name))
+    return [postmaster, *children]
+
+
+@contextmanager
+def postgres_paused(stack: Stack) -> Iterator[list[int]]:
+    """SIGSTOP the whole Postgres server (a hung host, a long GC-like stall), SIGCONT on the way out, always.
+
+    The postmaster is stopped first so it forks nothing new, then the
+    children listed after that; every one is continued even if the body fails.
+    """
+    postmaster = postgres_pids(stack)[0]
+    if postmaster in (os.getpid(), os.getppid()):
+        raise RuntimeError(f"refusing to stop pid {postmaster}: not a Postgres server of this stack")
+    stopped = [postmaster]
+    try:
+        os.kill(postmaster, signal.SIGSTOP)
+        for pid in postgres_pids(stack)[1:]:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        yield stopped
+    finally:
+        for pid in reversed(stopped):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def kill_postgres_backend(stack: Stack) -> int:
+    """SIGKILL one client backend: the postmaster then ends every backend and runs crash recovery.
+
+    That is Postgres "killed and restarted" as far as clients can tell
+    (every connection drops, new ones are refused until recovery is done),
+    while the postmaster itself, which the supervisor watches, stays up.
+    """
+    postmaster, *children = postgres_pids(stack)
+    for pid in children:
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        # Client backends are titled "postgres: <user> <database> <host>(<port>) <state>".
+        if "(" in title and title.startswith("postgres: memstream "):
+            os.kill(pid, signal.SIGKILL)
+            return pid
+    raise RuntimeError(f"no client backend under postmaster {postmaster}")
+
+
+def app_restarts(stack: Stack) -> int:
+    """How often the supervisor restarted the app (its "app exited" lines in up.log)."""
+    return (stack.data_dir / "up.log").read_text(errors="replace").count("app exited with")
+
+
+def record_fault_figures(test: str, **figures: Any) -> dict[str, Any]:
+    """Print one summary line (visible with `pytest -s`) and append it to bench-results/fault-tests.jsonl.
+
+    Called before a test's assertions, so a failing run still reports what it saw.
+    """
+    line = {"test": test, "at": datetime.now(UTC).isoformat(timespec="seconds"), **figures}
+    print(f"\nFAULT {test}: " + ", ".join(f"{k}={v}" for k, v in figures.items()), flush=True)
+    FAULT_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with FAULT_RESULTS.open("ab") as out:
+        out.write(orjson.dumps(line, option=orjson.OPT_NON_STR_KEYS) + b"\n")
+    return line

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from tests.stack import Stack, produce, session_end, turn, wait_for
+from tests.stack import (
+    Stack,
+    app_restarts,
+    produce,
+    read_dlq,
+    record_fault_figures,
+    session_end,
+    settle,
+    turn,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 TENANT = "acme"
@@ -192,26 +204,64 @@ async def test_working_window_and_session_end_summary(stack: Stack) -> None:
 
 
 async def test_worker_killed_mid_stream_loses_nothing_and_duplicates_nothing(stack: Stack) -> None:
+    """SIGKILL the app twice while 12 sessions stream in and close: no turn lost or doubled, episodes included.
+
+    The first kill lands while the window is still taking turns, the second
+    while candidates and session ends are in flight downstream; the
+    supervisor restarts the app each time and redelivery must be harmless.
+    """
     user = new_user()
+    sessions = [f"k{i}" for i in range(12)]
     events = [
         turn(TENANT, user, f"k{i // 10}", i % 10, f"Note number {i}: remember item {uuid.uuid4().hex[:6]}.")
         for i in range(120)
     ]
-    await produce(stack.bootstrap, events[:60])
-    old_pid = stack.app_pid()
+    ends = [session_end(TENANT, user, s) for s in sessions]
+    pids = [stack.app_pid()]
+    restarts_before = app_restarts(stack)
+    started = time.monotonic()
+    await produce(stack.bootstrap, events[:60] + ends[:6])
     wait_for(lambda: len(stack.memories(TENANT, user, type="exchange")) >= 5, 60, "some progress")
-    os.kill(old_pid, signal.SIGKILL)
+    os.kill(pids[-1], signal.SIGKILL)
     await produce(stack.bootstrap, events[60:])
-    wait_for(lambda: stack.app_pid() != old_pid, 60, "supervisor restarted the app")
+    pids.append(wait_for(lambda: (pid := stack.app_pid()) != pids[-1] and pid, 60, "supervisor restarted the app"))
+    wait_for(lambda: len(stack.memories(TENANT, user, type="exchange")) >= 65, 120, "progress after the restart")
+    await produce(stack.bootstrap, ends[6:])
+    os.kill(pids[-1], signal.SIGKILL)
+    pids.append(wait_for(lambda: (pid := stack.app_pid()) != pids[-1] and pid, 60, "supervisor restarted the app"))
+    killed_at = time.monotonic()
+    expected = sorted(e["event_id"] for e in events)
 
-    def all_there() -> list[dict[str, Any]] | None:
-        found = stack.memories(TENANT, user, type="exchange")
-        return found if len(found) >= len(events) else None
+    def all_there() -> bool:
+        exchanges = stack.memories(TENANT, user, type="exchange")
+        episodes = stack.memories(TENANT, user, type="episode")
+        covered = {e for m in episodes for e in m["source"]["event_ids"]}
+        return len(exchanges) >= len(events) and covered >= set(expected)
 
-    found = wait_for(all_there, 180, "every turn's exchange memory", interval=1.0)
-    sources = [e for m in found for e in m["source"]["event_ids"]]
-    assert sorted(sources) == sorted(e["event_id"] for e in events)
+    recovered = settle(all_there, 180)
+    found = stack.memories(TENANT, user, type="exchange")
+    sources = Counter(e for m in found for e in m["source"]["event_ids"])
+    episodes = Counter(e for m in stack.memories(TENANT, user, type="episode") for e in m["source"]["event_ids"])
+    ours = [e for e in await read_dlq(stack.bootstrap, quiet=2, within=20) if user.encode() in (e.value or b"")]
+    record_fault_figures(
+        "worker_sigkill_mid_stream",
+        turns_streamed=len(events),
+        session_ends=len(ends),
+        kills=len(pids) - 1,
+        app_restarts=app_restarts(stack) - restarts_before,
+        lost=sum(1 for e in expected if sources[e] == 0),
+        duplicated=sum(1 for e in expected if sources[e] > 1),
+        episode_lost=sum(1 for e in expected if episodes[e] == 0),
+        episode_duplicated=sum(1 for e in expected if episodes[e] > 1),
+        dlq=len(ours),
+        seconds_streaming=round(killed_at - started, 1),
+        seconds_to_recover=None if recovered is None else round(recovered, 1),
+    )
+    assert recovered is not None, "not every turn became memory within 180 s of the last kill"
+    assert sorted(sources.elements()) == expected
+    assert sorted(episodes.elements()) == expected  # every turn summarized exactly once
     assert all(m["reinforcement_count"] == 0 and m["version"] == 1 for m in found)
+    assert ours == [], "a crash sent this user's turns to the DLQ"
     # And the recall index agrees: each turn is findable, once.
     result = stack.recall(TENANT, user, "Note number 7: remember item", top_k=100, token_budget=20_000)
     ids = [m["id"] for m in result["memories"]]

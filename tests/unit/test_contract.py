@@ -120,6 +120,7 @@ CASES = [
     ),
     # identifiers
     Case("id with the key separator", doc(tenant_id="a:b"), BAD),
+    Case("id with a slash (a URL path segment)", doc(user_id="sl/ash"), BAD),
     Case("colliding tenant x\\x1fp", doc(tenant_id="x\x1fp", user_id="q"), BAD),
     Case("colliding user p\\x1fq", doc(tenant_id="x", user_id="p\x1fq"), BAD),
     Case("id with a space", doc(user_id="a b"), BAD),
@@ -381,9 +382,11 @@ ts_text = st.builds(
 )
 # Plausible text: letters, marks, symbols and punctuation from every script, no separators or controls.
 plausible_text = st.text(
-    st.characters(exclude_categories=("Cs", "Cc", "Zs", "Zl", "Zp"), exclude_characters=":"), min_size=1, max_size=20
+    st.characters(exclude_categories=("Cs", "Cc", "Zs", "Zl", "Zp"), exclude_characters=":/"), min_size=1, max_size=20
 )
-ids = st.one_of(plausible_text, plausible_text, any_text, st.sampled_from(["x\x1fp", "a:b", "e\u0301", "a b", ""]))
+ids = st.one_of(
+    plausible_text, plausible_text, any_text, st.sampled_from(["x\x1fp", "a:b", "sl/ash", "e\u0301", "a b", ""])
+)
 field_values = {
     "event_id": ids,
     "tenant_id": ids,
@@ -429,7 +432,7 @@ def assert_within_contract(event: TurnEvent | SessionEvent) -> None:
         value = dumped[name]
         assert 1 <= len(value) <= ID_MAX_CHARS
         assert unicodedata.is_normalized("NFC", value)
-        assert not any(ch == ":" or ch.isspace() or unicodedata.category(ch) in {"Cc", "Cs"} for ch in value)
+        assert not any(ch in ":/" or ch.isspace() or unicodedata.category(ch) in {"Cc", "Cs"} for ch in value)
     assert TS_MIN <= event.ts <= TS_MAX
     if isinstance(event, TurnEvent):
         assert type(event.turn_index) is int

@@ -32,7 +32,16 @@ class PgPool:
             max_size=size,
             open=False,
             timeout=pool_timeout,
-            kwargs={"row_factory": dict_row, "connect_timeout": max(1, round(connect_timeout))},
+            kwargs={
+                "row_factory": dict_row,
+                "connect_timeout": max(1, round(connect_timeout)),
+                # A peer that vanished (network partition, host gone) drops the
+                # connection in ~15 s instead of hanging a query forever.
+                "keepalives": 1,
+                "keepalives_idle": 5,
+                "keepalives_interval": 2,
+                "keepalives_count": 5,
+            },
             configure=self._configure,
         )
 
