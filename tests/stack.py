@@ -335,6 +335,13 @@ def kill_postgres_backend(stack: Stack) -> int:
     raise RuntimeError(f"no client backend under postmaster {postmaster}")
 
 
+def kill_postmaster(stack: Stack) -> int:
+    """SIGKILL the postmaster itself: the supervisor must start Postgres again (WAL recovery)."""
+    postmaster = postgres_pids(stack)[0]
+    os.kill(postmaster, signal.SIGKILL)
+    return postmaster
+
+
 def app_restarts(stack: Stack) -> int:
     """How often the supervisor restarted the app (its "app exited" lines in up.log)."""
     return (stack.data_dir / "up.log").read_text(errors="replace").count("app exited with")

@@ -36,6 +36,7 @@ from tests.stack import (
     app_restarts,
     embedded_stack,
     kill_postgres_backend,
+    kill_postmaster,
     postgres_paused,
     produce,
     produce_records,
@@ -275,8 +276,8 @@ async def test_postgres_crash_restart_while_turns_stream(pause_stack: Stack) -> 
     SIGKILL of a client backend makes the postmaster end all backends and run
     crash recovery: in-flight transactions abort with connection errors,
     which must be classified as transient and retried. Twice, while 150
-    turns stream in. (Killing the postmaster itself stops the whole embedded
-    stack: its supervisor restarts only the app.)
+    turns stream in; then the postmaster itself is killed, and the stack's
+    supervisor must start Postgres again while the app rides it out.
     """
     stack = pause_stack
     turns, ends = conversation("pgkill", users=6, turns=150, seed=9)
@@ -285,9 +286,9 @@ async def test_postgres_crash_restart_while_turns_stream(pause_stack: Stack) -> 
     recoveries: list[float] = []
     streaming = asyncio.create_task(stream(stack, turns, ends, per_second=5))
     try:
-        for wait in (6, 10):
+        for wait, kill in ((6, kill_postgres_backend), (8, kill_postgres_backend), (6, kill_postmaster)):
             await asyncio.sleep(wait)
-            killed.append(kill_postgres_backend(stack))
+            killed.append(kill(stack))
             crashed_at = time.monotonic()
             await asyncio.sleep(0.5)
             up = await asyncio.to_thread(
@@ -308,7 +309,8 @@ async def test_postgres_crash_restart_while_turns_stream(pause_stack: Stack) -> 
         "postgres_crash_restart",
         turns_streamed=len(turns),
         session_ends=len(ends),
-        backends_killed=len(killed),
+        backends_killed=len(killed) - 1,
+        postmaster_killed=1,
         postgres_recoveries=postgres_log.count("all server processes terminated; reinitializing"),
         seconds_until_ready_again=recoveries,
         **outcome_figures(outcome),
@@ -317,7 +319,8 @@ async def test_postgres_crash_restart_while_turns_stream(pause_stack: Stack) -> 
         seconds_after_last_send=None if recovered is None else round(done_at - streamed_at, 1),
         app_restarts=app_restarts(stack),
     )
-    assert postgres_log.count("all server processes terminated; reinitializing") >= len(killed)
+    assert postgres_log.count("all server processes terminated; reinitializing") >= 2
+    assert "postgres exited" in (stack.data_dir / "up.log").read_text(errors="replace")
     assert recovered is not None, f"not complete 180 s after the last turn: {outcome_figures(outcome)}"
     assert_exactly_once(outcome)
     assert dlq == [], "a database crash sent good data to the DLQ"
