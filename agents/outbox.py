@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
-from itertools import groupby
 from typing import Any
 
 import faust
 
 from agents.housekeeping import survive
-from agents.stage import send_all
+from services import metrics
 from services.runtime import Runtime
 from services.stores.postgres import OutboxMessage
 
@@ -24,18 +24,23 @@ async def publish(
     messages: Sequence[OutboxMessage],
     on_sent: Callable[[], None] | None = None,
 ) -> None:
-    """Send in order, wait for the broker, then forget them.
+    """Send in order, wait once for the broker to have them all, then forget them.
 
     A failure before the delete leaves the rows to be sent again: a duplicate
-    downstream (idempotent there), never a loss.
+    downstream (idempotent there), never a loss. Rows repeated in `messages`
+    (a batch can list a scope's leftovers twice) are sent once.
     """
-    if not messages:
+    unique = list({m.id: m for m in messages}.values())
+    if not unique:
         return
-    for topic_name, group in groupby(messages, key=lambda m: m.topic):
-        await send_all(topics_by_name[topic_name], stage, [(m.key, m.value) for m in group])
+    pending = [await topics_by_name[m.topic].send(key=m.key, value=m.value) for m in unique]
+    for fut in pending:
+        await fut
+    for topic_name, count in Counter(m.topic for m in unique).items():
+        metrics.EVENTS_OUT.labels(stage=stage, topic=topic_name).inc(count)
     if on_sent is not None:
         on_sent()
-    await rt.outbox.delete([m.id for m in messages])
+    await rt.outbox.delete([m.id for m in unique])
 
 
 def register_relay(app: faust.App, rt: Runtime, topics_by_name: dict[str, Any], interval: float) -> None:

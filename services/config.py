@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     window_max_tokens: int = 12_000
     window_max_turns: int = 20
     window_keep_last: int = 3
+    # Turns per window-stage transaction, and how long a batch may wait to fill.
+    window_batch_size: int = 64
+    window_batch_within: float = 0.02
 
     max_content_bytes: int = 64 * 1024
     # Largest message memstream produces (Kafka's default limit is 1 MiB):

@@ -1,5 +1,8 @@
 """window: archive every turn, extract rule candidates, keep the session's window, evict the rest.
 
+Batches of turns share one transaction and one wait for the broker: per-turn
+commits and sends were most of this stage's cost.
+
 Rule extraction runs here, inline, inside the same transaction as the archive
 write: only a turn the archive accepts (not a redelivery, not a different
 message reusing a known event id) yields candidates, and candidates, evicted
@@ -25,54 +28,61 @@ from services import metrics
 from services.errors import InvalidEvent
 from services.faults import crash_point
 from services.runtime import Runtime
-from services.stores.postgres import Archived, OutboxMessage
+from services.stores.postgres import Archived, Conn, OutboxMessage
 
 STAGE = "window"
 log = logging.getLogger(__name__)
 CONFLICT_REASON = "conflicting_duplicate"
 
 
-async def handle_turn(rt: Runtime, turn: TurnEvent, limits: WindowLimits) -> list[OutboxMessage]:
-    """The messages to send for this turn: its own, or those a crash left unsent."""
-    scope = scope_of(turn.tenant_id, turn.user_id)
-    async with rt.pg.transaction("window_append") as conn:
-        archived = await rt.windows.archive_turn(conn, turn)
-        if archived is Archived.CONFLICT:
-            raise InvalidEvent(CONFLICT_REASON, f"event_id {turn.event_id!r} is known with different content")
-        if archived is Archived.DUPLICATE:
-            return await rt.outbox.pending(conn, scope)
-        state = await rt.windows.load_window(conn, turn.tenant_id, turn.user_id, turn.session_id)
-        update = append_turn(state.turns, turn, limits)
-        # A new turn after session_end reopens the session with a fresh window.
-        await rt.windows.save_window(
-            conn, turn.tenant_id, turn.user_id, turn.session_id, update.window, window_tokens(update.window)
-        )
-        messages = candidate_messages(turn) + evicted_messages(
-            turn, update.evicted, reason="trimmed", max_bytes=rt.settings.max_message_bytes
-        )
-        await rt.outbox.add(conn, messages)
+async def handle_events(
+    rt: Runtime, events: list[TurnEvent | SessionEvent], limits: WindowLimits
+) -> list[OutboxMessage]:
+    """One transaction for a batch: turns and session ends in order, their messages in the outbox.
+
+    If any event in the batch fails, the whole transaction rolls back and
+    `deliver` retries the events one at a time.
+    """
+    messages: list[OutboxMessage] = []
+    async with rt.pg.transaction("window_batch") as conn:
+        for event in events:
+            if isinstance(event, TurnEvent):
+                messages += await handle_turn(rt, conn, event, limits)
+            else:
+                messages += await handle_session_end(rt, conn, event)
     return messages
 
 
-async def handle_session_end(rt: Runtime, event: SessionEvent) -> list[OutboxMessage]:
+async def handle_turn(rt: Runtime, conn: Conn, turn: TurnEvent, limits: WindowLimits) -> list[OutboxMessage]:
+    """The messages to send for this turn: its own, or those a crash left unsent."""
+    archived = await rt.windows.archive_turn(conn, turn)
+    if archived is Archived.CONFLICT:
+        raise InvalidEvent(CONFLICT_REASON, f"event_id {turn.event_id!r} is known with different content")
+    if archived is Archived.DUPLICATE:
+        return await rt.outbox.pending(conn, scope_of(turn.tenant_id, turn.user_id))
+    state = await rt.windows.load_window(conn, turn.tenant_id, turn.user_id, turn.session_id)
+    update = append_turn(state.turns, turn, limits)
+    # A new turn after session_end reopens the session with a fresh window.
+    await rt.windows.save_window(
+        conn, turn.tenant_id, turn.user_id, turn.session_id, update.window, window_tokens(update.window)
+    )
+    messages = candidate_messages(turn) + evicted_messages(
+        turn, update.evicted, reason="trimmed", max_bytes=rt.settings.max_message_bytes
+    )
+    await rt.outbox.add(conn, messages)
+    return messages
+
+
+async def handle_session_end(rt: Runtime, conn: Conn, event: SessionEvent) -> list[OutboxMessage]:
     """The rest of the window goes to the summarizer; the window empties. Once."""
-    scope = scope_of(event.tenant_id, event.user_id)
-    async with rt.pg.transaction("window_close") as conn:
-        state = await rt.windows.load_window(conn, event.tenant_id, event.user_id, event.session_id)
-        if state.closed or state.end_event_id == event.event_id:
-            return await rt.outbox.pending(conn, scope)
-        await rt.windows.save_window(
-            conn,
-            event.tenant_id,
-            event.user_id,
-            event.session_id,
-            [],
-            0,
-            closed_at=event.ts,
-            end_event_id=event.event_id,
-        )
-        messages = evicted_messages(event, state.turns, reason="session_end", max_bytes=rt.settings.max_message_bytes)
-        await rt.outbox.add(conn, messages)
+    state = await rt.windows.load_window(conn, event.tenant_id, event.user_id, event.session_id)
+    if state.closed or state.end_event_id == event.event_id:
+        return await rt.outbox.pending(conn, scope_of(event.tenant_id, event.user_id))
+    await rt.windows.save_window(
+        conn, event.tenant_id, event.user_id, event.session_id, [], 0, closed_at=event.ts, end_event_id=event.event_id
+    )
+    messages = evicted_messages(event, state.turns, reason="session_end", max_bytes=rt.settings.max_message_bytes)
+    await rt.outbox.add(conn, messages)
     return messages
 
 
@@ -85,22 +95,22 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         metrics.DLQ.labels(stage=STAGE, reason=reason)
 
     async def apply(events: list[TurnEvent | SessionEvent]) -> None:
-        for parsed in events:
-            if isinstance(parsed, TurnEvent):
-                messages = await handle_turn(rt, parsed, limits)
-            else:
-                messages = await handle_session_end(rt, parsed)
-            crash_point(s, "window.after_commit")
-            await publish(rt, by_name, STAGE, messages, on_sent=lambda: crash_point(s, "window.after_publish"))
+        messages = await handle_events(rt, events, limits)
+        crash_point(s, "window.after_commit")
+        await publish(rt, by_name, STAGE, messages, on_sent=lambda: crash_point(s, "window.after_publish"))
 
     async def window(stream: Any) -> None:
-        async for event in stream.events():
-            with span(STAGE, 1):
-                try:
-                    parsed = parse_chat_event(event.value, max_content_bytes=s.max_content_bytes, tenants=s.tenants)
-                except InvalidEvent as exc:
-                    await dlq.send(event, stage=STAGE, reason=exc.reason, error=exc.message)
-                    continue
-                await deliver([(event, parsed)], apply, dlq, STAGE, max_delay=s.retry_max_backoff)
+        async for events in stream.take_events(s.window_batch_size, within=s.window_batch_within):
+            with span(STAGE, len(events)):
+                batch = []
+                for event in events:
+                    try:
+                        parsed = parse_chat_event(event.value, max_content_bytes=s.max_content_bytes, tenants=s.tenants)
+                    except InvalidEvent as exc:
+                        await dlq.send(event, stage=STAGE, reason=exc.reason, error=exc.message)
+                        continue
+                    batch.append((event, parsed))
+                if batch:
+                    await deliver(batch, apply, dlq, STAGE, max_delay=s.retry_max_backoff)
 
     app.agent(topics.turns, name="window")(window)
