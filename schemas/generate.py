@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from schemas.commands import AccessCommand
 from schemas.events import SessionEvent, TurnEvent, chat_event_adapter
 from schemas.memory import EmbeddedCandidate, EvictedChunk, MemoryCandidate, MemoryChange
 
@@ -27,6 +28,7 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "memory_candidate": MemoryCandidate.model_json_schema,
     "embedded_candidate": EmbeddedCandidate.model_json_schema,
     "memory_change": MemoryChange.model_json_schema,
+    "memory_command": AccessCommand.model_json_schema,
 }
 
 JSON_DIR = Path(__file__).parent / "json"

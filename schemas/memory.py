@@ -25,12 +25,53 @@ class MemoryType(StrEnum):
     PREFERENCE = "preference"
     EPISODE = "episode"  # summary of a stretch of conversation
     EXCHANGE = "exchange"  # a raw user turn, so what was said stays findable
+    SEMANTIC = "semantic"  # a topic the user engaged in across sessions, synthesized
+    PATTERN = "pattern"  # the common theme of several similar episodes
+    QUESTION = "question"  # something the user asked that was not resolved
+
+
+class MemoryLayer(StrEnum):
+    """The layers of DESIGN §1/§6, as recall presents them."""
+
+    PROCEDURAL = "procedural"  # how to act for this user: preferences, instructions
+    SEMANTIC = "semantic"  # what is true: facts, synthesized topics, patterns
+    EPISODIC = "episodic"  # what happened: episodes, exchanges, open questions
+    WORKING = "working"  # the session's current window
+
+
+LAYER_OF_TYPE: dict[MemoryType, MemoryLayer] = {
+    MemoryType.PREFERENCE: MemoryLayer.PROCEDURAL,
+    MemoryType.FACT: MemoryLayer.SEMANTIC,
+    MemoryType.SEMANTIC: MemoryLayer.SEMANTIC,
+    MemoryType.PATTERN: MemoryLayer.SEMANTIC,
+    MemoryType.EPISODE: MemoryLayer.EPISODIC,
+    MemoryType.EXCHANGE: MemoryLayer.EPISODIC,
+    MemoryType.QUESTION: MemoryLayer.EPISODIC,
+}
 
 
 class MemoryStatus(StrEnum):
     ACTIVE = "active"
-    SUPERSEDED = "superseded"
+    SUPERSEDED = "superseded"  # a newer value of the same keyed fact or topic replaced it
+    MERGED = "merged"  # folded into a near-duplicate; `superseded_by` is the survivor
+    PRUNED = "pruned"  # faded below the importance floor unaccessed
     DELETED = "deleted"
+
+
+class QuestionState(StrEnum):
+    OPEN = "open"
+    TENTATIVELY_RESOLVED = "tentatively_resolved"
+    DEFERRED = "deferred"
+
+
+class Question(BaseModel):
+    """What a `question` memory tracks beyond its text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state: QuestionState = QuestionState.OPEN
+    attempts: int = 0
+    related: list[str] = Field(default_factory=list)  # entities and topics it touches
 
 
 class ChangeOp(StrEnum):
@@ -121,6 +162,10 @@ class MemoryRecord(BaseModel):
     access_count: int = 0
     reinforcement_count: int = 0
     version: int = 1
+    last_accessed_at: AwareDatetime | None = None
+    # Folded into a pattern: kept, but out of default recall.
+    compressed: bool = False
+    question: Question | None = None
 
 
 class MemoryChange(_Keyed):
@@ -137,3 +182,5 @@ class MemoryChange(_Keyed):
     cause: list[str]
     committed_at: AwareDatetime
     turn_ts: AwareDatetime | None = None
+    # Why, when the op alone does not say (a prune's threshold, a merge's similarity).
+    reason: str | None = None

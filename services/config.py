@@ -78,6 +78,34 @@ class Settings(BaseSettings):
     # MiniLM cosine above which a fact or preference is pinned ahead of the rest.
     profile_min_similarity: float = 0.5
 
+    # --- tending memory (issue 8) ---
+    # Cosine at or above which a candidate merges into an active memory of its type.
+    merge_similarity: float = 0.92
+    # Candidates below this importance are not stored on their own (facts and preferences always are).
+    min_importance: float = 0.3
+    maintenance_interval: float = 6 * 3600.0
+    decay_rate: float = 0.05
+    decay_after_days: float = 7.0
+    prune_below: float = 0.1
+    prune_after_days: float = 30.0
+    pattern_min_episodes: int = 5
+    semantic_window_days: float = 90.0
+    # A session with no turn for this long is closed as if session_end had arrived.
+    session_idle: float = 1800.0
+    session_idle_check_seconds: float = 60.0
+
+    # --- optional LLM path; unset base URL = no LLM anywhere ---
+    llm_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: str = "unused"
+    llm_timeout: float = 20.0
+    llm_concurrency: int = 4
+    llm_max_retries: int = 2
+    # OpenAI-compatible embeddings instead of the packaged MiniLM.
+    embed_base_url: str | None = None
+    embed_model: str = "text-embedding-3-small"
+    embed_dimension: int = 1536
+
     # Fault tests only: {"window.after_commit": 5} kills the process there (services/faults.py).
     crash_points: dict[str, int] = {}
 

@@ -65,13 +65,15 @@ class MemoryWriter:
         embedding = None if vector is None else np.asarray(vector, dtype=np.float32)
         cur = await conn.execute(
             f"""INSERT INTO memories ({_RECORD_COLUMNS}, source_session_id, embedding)
-                VALUES ({", ".join(["%s"] * 24)})
+                VALUES ({", ".join(["%s"] * 27)})
                 ON CONFLICT (id) DO UPDATE SET text = EXCLUDED.text, importance = EXCLUDED.importance,
                   confidence = EXCLUDED.confidence, status = EXCLUDED.status, updated_at = EXCLUDED.updated_at,
                   superseded_at = EXCLUDED.superseded_at, superseded_by = EXCLUDED.superseded_by,
                   provenance = EXCLUDED.provenance, entities = EXCLUDED.entities,
                   access_count = EXCLUDED.access_count, reinforcement_count = EXCLUDED.reinforcement_count,
-                  version = EXCLUDED.version, embedding = COALESCE(EXCLUDED.embedding, memories.embedding)
+                  version = EXCLUDED.version, last_accessed_at = EXCLUDED.last_accessed_at,
+                  compressed = EXCLUDED.compressed, question = EXCLUDED.question,
+                  embedding = COALESCE(EXCLUDED.embedding, memories.embedding)
                 WHERE memories.tenant_id = EXCLUDED.tenant_id AND memories.user_id = EXCLUDED.user_id
                 RETURNING 1 AS written""",
             (
@@ -97,6 +99,9 @@ class MemoryWriter:
                 record.access_count,
                 record.reinforcement_count,
                 record.version,
+                record.last_accessed_at,
+                record.compressed,
+                None if record.question is None else Jsonb(record.question.model_dump(mode="json")),
                 record.source.session_id,
                 embedding,
             ),
