@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import faust
 
+import agents.maintenance
 from agents import consolidator, embedder, housekeeping, qdrant_sink, summarizer, window
+from agents.consolidator import commands as consolidator_commands
 from agents.outbox import register_relay
 from agents.topics import Topics
 from agents.transport import Transport
@@ -15,7 +17,7 @@ from services import metrics
 from services.config import Settings
 from services.runtime import Runtime
 
-STAGES = (window, summarizer, embedder, consolidator, qdrant_sink)
+STAGES = (window, summarizer, embedder, consolidator, consolidator_commands, qdrant_sink)
 
 
 def build_app(settings: Settings, runtime: Runtime) -> tuple[faust.App, Topics]:
@@ -43,5 +45,6 @@ def build_app(settings: Settings, runtime: Runtime) -> tuple[faust.App, Topics]:
         metrics.declare_stage(stage.agent.STAGE)
         stage.agent.register(app, topics, runtime)
     housekeeping.register(app, settings, runtime)
+    agents.maintenance.register(app, settings, runtime, topics)
     register_relay(app, runtime, topics.by_name(), settings.outbox_relay_seconds)
     return app, topics

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -86,6 +87,21 @@ def _cmd_status(settings: Settings, _: argparse.Namespace) -> int:
     return 0 if response.status_code == 200 else 1
 
 
+def _cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
+    from agents.maintenance.standalone import maintain_once
+
+    now = args.now or datetime.now(UTC)
+    counts = asyncio.run(maintain_once(settings, now, args.tenant, args.user))
+    print(f"maintenance as of {now.isoformat()}: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    return 0
+
+
+def _aware_time(text: str) -> datetime:
+    """An ISO-8601 time; without an offset it is taken as UTC."""
+    when = datetime.fromisoformat(text)
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memstream", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -111,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("query")
     recall.set_defaults(func=_cmd_recall)
     sub.add_parser("status", help="readiness of Kafka, Postgres and Qdrant").set_defaults(func=_cmd_status)
+    maintain = sub.add_parser("maintain", help="one maintenance pass: decay, prune, patterns, semantic topics")
+    maintain.add_argument("--now", type=_aware_time, default=None, help="ISO-8601 time to run as of (default: now)")
+    maintain.add_argument("--tenant", help="only this tenant")
+    maintain.add_argument("--user", help="only this user")
+    maintain.set_defaults(func=_cmd_maintain)
     return parser
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from services.config import Settings
 from services.embedding import CachedEmbedder, Embedder, MiniLmEmbedder
+from services.llm import LlmClient
 from services.stores import open_vector_index
 from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, PgPool, WindowStore, migrate
 from services.stores.vector import Bm25Encoder, VectorIndex
@@ -22,6 +23,8 @@ class Runtime:
     reads: MemoryReader
     index: VectorIndex
     bm25: Bm25Encoder
+    # One client per process, so its concurrency limit is the process's; None = no LLM.
+    llm: LlmClient | None = None
     _embedder: Embedder | None = None
     _embedder_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -42,6 +45,7 @@ class Runtime:
             reads=MemoryReader(pool),
             index=open_vector_index(settings),
             bm25=Bm25Encoder(),
+            llm=LlmClient.from_settings(settings),
         )
 
     async def start(self, *, with_model: bool = True) -> None:
@@ -55,12 +59,29 @@ class Runtime:
         async with self._embedder_lock:
             if self._embedder is None:
                 s = self.settings
-                model = await asyncio.to_thread(
-                    MiniLmEmbedder, s.embed_model_dir, s.embed_threads, 256, s.embed_batch_size
-                )
+                model: Embedder
+                if s.embed_base_url:
+                    from services.embedding.openai_embedder import OpenAiEmbedder
+
+                    remote = OpenAiEmbedder(
+                        base_url=s.embed_base_url,
+                        model=s.embed_model,
+                        dimension=s.embed_dimension,
+                        api_key=s.llm_api_key,
+                        timeout=s.llm_timeout,
+                        batch_size=s.embed_batch_size,
+                    )
+                    await asyncio.to_thread(remote.verify)
+                    model = remote
+                else:
+                    model = await asyncio.to_thread(
+                        MiniLmEmbedder, s.embed_model_dir, s.embed_threads, 256, s.embed_batch_size
+                    )
                 self._embedder = CachedEmbedder(model, s.embed_cache_size)
             return self._embedder
 
     async def stop(self) -> None:
         await self.pg.close()
         await self.index.close()
+        if self.llm is not None:
+            await self.llm.close()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import faust
 
-from agents.consolidator.apply import apply_candidate
+from agents.consolidator.apply import BatchContext, apply_candidate
 from agents.consolidator.decide import Action
 from agents.dlq import DeadLetters
 from agents.stage import batched_agent, forward
@@ -26,9 +26,12 @@ async def consolidate(rt: Runtime, batch: list[EmbeddedCandidate]) -> list[Memor
     now = datetime.now(UTC)
     changes: list[MemoryChange] = []
     kinds: list[str] = []
+    s = rt.settings
     async with rt.pg.transaction("consolidate") as conn:
-        for item in batch:
-            decision, produced = await apply_candidate(rt.memories, conn, item, now)
+        # Two queries for the whole batch (merge neighbours, importance centroids).
+        ctx = await BatchContext.load(rt.memories, conn, batch, s.merge_similarity, s.min_importance)
+        for position, item in enumerate(batch):
+            decision, produced = await apply_candidate(rt.memories, conn, item, now, ctx, position)
             kinds.append(decision.action.value)
             changes.extend(produced)
     committed = datetime.now(UTC)

@@ -5,11 +5,22 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import orjson
 
+from agents.consolidator import importance as imp
 from agents.consolidator.decide import Action, Decision, Neighbours, decide
+from agents.consolidator.merge import (
+    MERGE_TYPES,
+    BatchView,
+    Similar,
+    merged_importance,
+    union_entities,
+    union_source,
+)
 from schemas import ChangeOp, EmbeddedCandidate, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.stores.postgres import Conn, MemoryWriter
+from services.stores.postgres.memory_writes import Probe
 from services.textutil import content_hash
 
 REINFORCE_BOOST = 0.05
@@ -75,35 +86,228 @@ def reinforced(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> 
     )
 
 
-async def _neighbours(pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate) -> Neighbours:
+Scope = tuple[str, str, MemoryType]
+
+
+class BatchContext:
+    """What one batch's decisions share: the batch-level lookups and what the batch has written.
+
+    Built with two queries for the whole batch (nearest mergeable neighbours,
+    per-type centroids), never one per candidate.
+    """
+
+    def __init__(self, merge_similarity: float | None, min_importance: float) -> None:
+        self.merge_similarity = merge_similarity
+        self.min_importance = min_importance
+        self.view = BatchView()
+        self.nearest: dict[int, list[Similar]] = {}
+        self.centroids: dict[Scope, imp.Centroid] = {}
+
+    @classmethod
+    async def load(
+        cls,
+        pg: MemoryWriter,
+        conn: Conn,
+        batch: list[EmbeddedCandidate],
+        merge_similarity: float | None,
+        min_importance: float,
+    ) -> BatchContext:
+        ctx = cls(merge_similarity, min_importance)
+        mergeable = [i for i, item in enumerate(batch) if item.candidate.type in MERGE_TYPES]
+        if merge_similarity is not None and mergeable:
+            probes = [_probe(batch[i]) for i in mergeable]
+            found = await pg.nearest_batch(conn, probes)
+            ctx.nearest = {
+                mergeable[pos]: [Similar(n.record, n.similarity, n.vector) for n in hits] for pos, hits in found.items()
+            }
+        by_dim: dict[int, set[Scope]] = {}
+        for item in batch:
+            by_dim.setdefault(len(item.vector), set()).add(_scope(item))
+        for dim, scopes in by_dim.items():
+            for scope, (total, count) in (await pg.centroids(conn, sorted(scopes), dim)).items():
+                ctx.centroids[scope] = imp.Centroid(total, count)
+        return ctx
+
+    def importance(self, item: EmbeddedCandidate) -> float:
+        return imp.importance(item.candidate, item.vector, self.centroids.get(_scope(item)))
+
+    def added(self, item: EmbeddedCandidate, record: MemoryRecord) -> None:
+        """A new active memory: later candidates of the batch see it (merge target, centroid)."""
+        self.view.wrote(record, item.vector)
+        scope = _scope(item)
+        if scope in self.centroids and len(self.centroids[scope].total) == len(item.vector):
+            self.centroids[scope].add(item.vector)
+        else:
+            self.centroids[scope] = imp.Centroid(np.asarray(item.vector, dtype=np.float64), 1)
+
+
+def _scope(item: EmbeddedCandidate) -> Scope:
+    return (item.tenant_id, item.user_id, item.candidate.type)
+
+
+def _probe(item: EmbeddedCandidate) -> Probe:
+    return Probe(item.tenant_id, item.user_id, item.candidate.type, item.vector)
+
+
+async def _neighbours(pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate, similar: Similar | None) -> Neighbours:
     c = item.candidate
     fact_key = (c.category, c.key_name) if c.type is MemoryType.FACT and c.category and c.key_name else None
     found = await pg.neighbours(conn, c.tenant_id, c.user_id, c.candidate_id, c.type, content_hash(c.text), fact_key)
-    return Neighbours(same_id=found.get("id"), same_content=found.get("content"), active_fact=found.get("fact"))
+    return Neighbours(
+        same_id=found.get("id"),
+        same_content=found.get("content"),
+        active_fact=found.get("fact"),
+        similar=None if similar is None else similar.record,
+        similarity=0.0 if similar is None else similar.similarity,
+    )
 
 
-def _change(record: MemoryRecord, op: ChangeOp, item: EmbeddedCandidate, now: datetime) -> MemoryChange:
+def _change(
+    record: MemoryRecord,
+    op: ChangeOp,
+    item: EmbeddedCandidate,
+    now: datetime,
+    *,
+    vector: list[float] | None = None,
+    reason: str | None = None,
+) -> MemoryChange:
+    """`vector` defaults to the candidate's: right whenever the record's text is the candidate's."""
     active = record.status is MemoryStatus.ACTIVE
     return MemoryChange(
         tenant_id=record.tenant_id,
         user_id=record.user_id,
         op=op,
         record=record,
-        vector=item.vector if active else None,
+        vector=(item.vector if vector is None else vector) if active else None,
         cause=item.candidate.source.event_ids,
         committed_at=now,
         turn_ts=item.candidate.observed_at,
+        reason=reason,
     )
 
 
-async def apply_candidate(
-    pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate, now: datetime
-) -> tuple[Decision, list[MemoryChange]]:
-    decision = decide(item.candidate, await _neighbours(pg, conn, item))
+def merge_records(item: EmbeddedCandidate, decision: Decision, now: datetime) -> tuple[MemoryRecord, MemoryRecord]:
+    """(winner, loser) of a merge: one active record with the more specific text, the other `merged` into it.
+
+    The candidate is always written as a row, so a redelivery finds it by id
+    and replays instead of merging twice, and history shows both texts. When
+    the candidate's text wins it is a new record (the candidate's id) and the
+    old one is the loser; otherwise the old record absorbs the candidate.
+    """
     target = decision.target
+    if target is None:
+        raise AssertionError("merge without a target")
+    c = item.candidate
+    fresh = new_record(item, decision.record_id, now)
+    boosted = merged_importance(target.importance, c.importance)
+    if decision.candidate_wins:
+        winner = fresh.model_copy(
+            update={
+                "importance": boosted,
+                "confidence": max(target.confidence, c.confidence),
+                "source": union_source(
+                    c.source, target.source, metadata=recent_metadata([*target.source.metadata, *c.source.metadata])
+                ),
+                "entities": union_entities(c.entities, target.entities),
+                "reinforcement_count": target.reinforcement_count + 1,
+                "access_count": target.access_count,
+                "last_accessed_at": target.last_accessed_at,
+            }
+        )
+        loser = target.model_copy(
+            update={
+                "status": MemoryStatus.MERGED,
+                "superseded_at": c.observed_at,
+                "superseded_by": winner.id,
+                "updated_at": now,
+                "version": target.version + 1,
+            }
+        )
+        return winner, loser
+    winner = target.model_copy(
+        update={
+            "importance": boosted,
+            "confidence": max(target.confidence, c.confidence),
+            "source": union_source(
+                target.source, c.source, metadata=recent_metadata([*target.source.metadata, *c.source.metadata])
+            ),
+            "entities": union_entities(target.entities, c.entities),
+            "reinforcement_count": target.reinforcement_count + 1,
+            "updated_at": now,
+            "version": target.version + 1,
+        }
+    )
+    loser = fresh.model_copy(
+        update={"status": MemoryStatus.MERGED, "superseded_at": c.observed_at, "superseded_by": winner.id}
+    )
+    return winner, loser
+
+
+async def _merge(
+    pg: MemoryWriter,
+    conn: Conn,
+    item: EmbeddedCandidate,
+    decision: Decision,
+    near: Similar,
+    ctx: BatchContext,
+    now: datetime,
+) -> list[MemoryChange]:
+    winner, loser = merge_records(item, decision, now)
+    reason = f"similarity {decision.similarity:.3f}"
+    winner_vector = item.vector if decision.candidate_wins else near.vector
+    # The loser leaves the active indexes (a keyed fact's unique one too) before the winner is written.
+    await pg.upsert(conn, loser, item.vector if not decision.candidate_wins else None)
+    await pg.upsert(conn, winner, item.vector if decision.candidate_wins else None)
+    ctx.view.wrote(loser, None)
+    ctx.view.wrote(winner, winner_vector)
+    if decision.candidate_wins:
+        ctx.added(item, winner)
+    return [
+        _change(loser, ChangeOp.MERGED, item, now, reason=reason),
+        _change(
+            winner,
+            ChangeOp.ADDED if decision.candidate_wins else ChangeOp.UPDATED,
+            item,
+            now,
+            vector=winner_vector,
+            reason=reason,
+        ),
+    ]
+
+
+async def apply_candidate(
+    pg: MemoryWriter,
+    conn: Conn,
+    item: EmbeddedCandidate,
+    now: datetime,
+    ctx: BatchContext | None = None,
+    position: int = 0,
+) -> tuple[Decision, list[MemoryChange]]:
+    """Decide and write one candidate; `ctx` (the batch's lookups) enables merge and the importance floor."""
+    if ctx is not None:
+        score = ctx.importance(item)
+        item = item.model_copy(update={"candidate": item.candidate.model_copy(update={"importance": score})})
+        keep = imp.kept(item.candidate.type, score, ctx.min_importance, imp.THRESHOLD_SCOPE)
+        near = (
+            None
+            if ctx.merge_similarity is None
+            else ctx.view.best(item.candidate, item.vector, ctx.nearest.get(position, []), ctx.merge_similarity)
+        )
+        found = await _neighbours(pg, conn, item, near)
+        decision = decide(item.candidate, found, merge_similarity=ctx.merge_similarity, keep=keep)
+    else:
+        near = None
+        decision = decide(item.candidate, await _neighbours(pg, conn, item, None))
+    target = decision.target
+    if decision.action is Action.SKIPPED:
+        return decision, []
+    if decision.action is Action.MERGED and near is not None and ctx is not None:
+        return decision, await _merge(pg, conn, item, decision, near, ctx, now)
     if decision.action is Action.ADD:
         record = new_record(item, decision.record_id, now)
         await pg.upsert(conn, record, item.vector)
+        if ctx is not None:
+            ctx.added(item, record)
         return decision, [_change(record, ChangeOp.ADDED, item, now)]
     if decision.action is Action.SUPERSEDE and target is not None:
         record = new_record(item, decision.record_id, now)
@@ -119,16 +323,46 @@ async def apply_candidate(
         # The old row leaves the unique active-fact index before the new one enters it.
         await pg.upsert(conn, old, None)
         await pg.upsert(conn, record, item.vector)
+        if ctx is not None:
+            ctx.view.wrote(old, None)
+            ctx.added(item, record)
         return decision, [_change(old, ChangeOp.SUPERSEDED, item, now), _change(record, ChangeOp.ADDED, item, now)]
     if decision.action is Action.REINFORCE and target is not None:
         record = reinforced(target, item, now)
         await pg.upsert(conn, record, None)
+        if ctx is not None:
+            ctx.view.wrote(record, None)
         return decision, [_change(record, ChangeOp.UPDATED, item, now)]
     if target is None:
         raise AssertionError(f"{decision.action} without a target")
-    # Replayed: publish the current state again (the first publish may have
-    # been lost between commit and send), including anything it superseded.
-    changes = [_change(target, ChangeOp.ADDED if target.version == 1 else ChangeOp.UPDATED, item, now)]
+    return decision, await _replayed(pg, conn, item, target, now)
+
+
+def _retired_op(record: MemoryRecord) -> ChangeOp:
+    return ChangeOp.MERGED if record.status is MemoryStatus.MERGED else ChangeOp.SUPERSEDED
+
+
+async def _replayed(
+    pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate, target: MemoryRecord, now: datetime
+) -> list[MemoryChange]:
+    """Publish the current state again (the first publish may have been lost between commit and send).
+
+    With what the target superseded or absorbed; a candidate that lost a merge
+    re-publishes itself (`merged`) and its winner, with the winner's own vector.
+    """
+    if target.status is MemoryStatus.MERGED and target.superseded_by is not None:
+        changes = [_change(target, ChangeOp.MERGED, item, now)]
+        found = await pg.with_vector(conn, target.tenant_id, target.user_id, target.superseded_by)
+        if found is not None and found[0].status is MemoryStatus.ACTIVE and found[1] is not None:
+            changes.append(_change(found[0], ChangeOp.UPDATED, item, now, vector=found[1]))
+        return changes
+    vector = None
+    if target.content_hash != content_hash(item.candidate.text):
+        # A merge survivor with other words than this candidate: its own vector, not the candidate's.
+        found = await pg.with_vector(conn, target.tenant_id, target.user_id, target.id)
+        vector = None if found is None else found[1]
+    op = ChangeOp.ADDED if target.version == 1 else ChangeOp.UPDATED
+    changes = [_change(target, op, item, now, vector=vector)]
     for old in await pg.superseded_by(conn, target.tenant_id, target.user_id, target.id):
-        changes.append(_change(old, ChangeOp.SUPERSEDED, item, now))
-    return decision, changes
+        changes.append(_change(old, _retired_op(old), item, now))
+    return changes

@@ -1,7 +1,9 @@
 """What the consolidator does with one candidate, given what memory holds.
 
-Pure: the caller looks up the three neighbours that matter (same id, same
-content, same keyed fact) and applies the decision in its transaction.
+Pure: the caller looks up the neighbours that matter (same id, same content,
+same keyed fact, the most similar active memory of the type) and whether the
+candidate is important enough to keep, and applies the decision in its
+transaction. Order: exact duplicate, keyed fact, merge, importance, add.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from agents.consolidator.merge import candidate_wins, mergeable
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType
 from services.textutil import normalize, stable_id
 
@@ -20,6 +23,10 @@ class Action(StrEnum):
     # The candidate's source events are already in the record: a redelivery
     # or replay. Nothing changes; the current state is re-published.
     REPLAYED = "replayed"
+    # Near-duplicate of an active memory: one survives, the other is `merged` into it.
+    MERGED = "merged"
+    # Below the importance threshold: not stored as a memory of its own.
+    SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,9 @@ class Neighbours:
     same_id: MemoryRecord | None = None
     same_content: MemoryRecord | None = None
     active_fact: MemoryRecord | None = None
+    # The most similar active memory of the candidate's type, if any.
+    similar: MemoryRecord | None = None
+    similarity: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,9 @@ class Decision:
     action: Action
     record_id: str
     target: MemoryRecord | None = None
+    # Merges only: the candidate's text replaces the target's (the target becomes the loser).
+    candidate_wins: bool = False
+    similarity: float | None = None
 
 
 def _already_seen(candidate: MemoryCandidate, record: MemoryRecord) -> bool:
@@ -45,7 +58,10 @@ def _touch(candidate: MemoryCandidate, record: MemoryRecord) -> Decision:
     return Decision(action, record.id, record)
 
 
-def decide(candidate: MemoryCandidate, found: Neighbours) -> Decision:
+def decide(
+    candidate: MemoryCandidate, found: Neighbours, *, merge_similarity: float | None = None, keep: bool = True
+) -> Decision:
+    """`merge_similarity` None never merges; `keep` is the importance verdict (see importance.kept)."""
     same_id = found.same_id
     if same_id is not None and same_id.status is MemoryStatus.ACTIVE:
         return _touch(candidate, same_id)
@@ -64,4 +80,15 @@ def decide(candidate: MemoryCandidate, found: Neighbours) -> Decision:
         and normalize(old.value or "") != normalize(candidate.value or "")
     ):
         return Decision(Action.SUPERSEDE, record_id, old)
+    near = found.similar
+    if near is not None and merge_similarity is not None and found.similarity >= merge_similarity:
+        if candidate.source.event_ids and _already_seen(candidate, near):
+            # Merged before (its events are in the survivor's provenance): never twice.
+            return Decision(Action.REPLAYED, near.id, near)
+        if not mergeable(candidate, near):
+            return Decision(Action.ADD, record_id) if keep else Decision(Action.SKIPPED, record_id)
+        wins = candidate_wins(candidate.text, near.text)
+        return Decision(Action.MERGED, record_id, near, candidate_wins=wins, similarity=found.similarity)
+    if not keep:
+        return Decision(Action.SKIPPED, record_id)
     return Decision(Action.ADD, record_id)

@@ -40,6 +40,10 @@ def payload(record: MemoryRecord) -> IndexPayload:
         "entities": record.entities,
         "source": record.source.model_dump(mode="json"),
         "version": record.version,
+        # Recall ranks and filters from the hit alone: recency counts from the
+        # later of observation and last access; compressed episodes are opt-in.
+        "last_accessed_at": None if record.last_accessed_at is None else record.last_accessed_at.isoformat(),
+        "compressed": record.compressed,
     }
 
 

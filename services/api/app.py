@@ -9,6 +9,8 @@ handlers (services/api/errors.py) → routes, whose bodies are strict JSON
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, HTTPException, Response
 from fastapi.responses import JSONResponse
@@ -17,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from schemas import MemoryStatus, MemoryType
 from services import metrics
 from services.api import errors
+from services.api.access import AccessMarks, kafka_producer
 from services.api.health import Readiness
 from services.api.jsonbody import StrictJsonRoute
 from services.api.limits import BodyLimit, Deadline, RequestContext
@@ -39,9 +42,22 @@ from services.api.recall import recall, working
 from services.runtime import Runtime
 
 
-def create_app(rt: Runtime, readiness: Readiness) -> FastAPI:
+def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = None) -> FastAPI:
+    """`marks` defaults to a Kafka producer on `memory.commands`, started by the first recall.
+
+    It stops with the app's lifespan when the server runs one; with
+    `lifespan="off"` its task ends with the event loop (marks are best effort).
+    """
     settings = rt.settings
-    app = FastAPI(title="memstream", version="0.1.0")
+    access = marks or AccessMarks(lambda: kafka_producer(settings.kafka_bootstrap))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await access.close()
+
+    app = FastAPI(title="memstream", version="0.1.0", lifespan=lifespan)
+    app.state.access_marks = access
     app.router.route_class = StrictJsonRoute
     errors.install(app)
     # add_middleware puts each new layer outside the previous ones.
@@ -54,7 +70,7 @@ def create_app(rt: Runtime, readiness: Readiness) -> FastAPI:
     async def recall_route(body: RecallRequest) -> RecallResponse:
         started = time.perf_counter()
         try:
-            return await recall(rt, body, weights)
+            return await recall(rt, body, weights, access)
         finally:
             metrics.RECALL_LATENCY.observe(time.perf_counter() - started)
 

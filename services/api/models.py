@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Path, Query
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic_core import PydanticCustomError
 
 from schemas import Identifier, MemoryRecord, MemoryType
-from schemas.memory import MemoryId
+from schemas.memory import MemoryId, MemoryLayer
 from schemas.validation import has_surrogate
 
 QUERY_MAX_CHARS = 8_000
@@ -57,6 +57,11 @@ class RecallRequest(BaseModel):
     token_budget: int = Field(default=2_000, ge=1, le=64_000, strict=True)
     session_id: Identifier | None = None
     types: list[MemoryType] | None = None
+    # Episodes folded into a pattern stay out of recall unless asked for.
+    include_compressed: bool = Field(default=False, strict=True)
+    # "memory_block": `<memory>` lines in rank order; "sections": USER PROFILE /
+    # PRIOR CONTEXT / RECENT SESSIONS, packed layer by layer.
+    format: Literal["memory_block", "sections"] = "memory_block"
 
 
 class Source(BaseModel):
@@ -73,6 +78,9 @@ class RecalledMemory(BaseModel):
     signals: dict[str, float]
     observed_at: datetime
     source: Source
+    layer: MemoryLayer
+    access_count: int
+    last_accessed_at: datetime | None
 
 
 class WorkingTurn(BaseModel):
@@ -88,6 +96,7 @@ class WorkingWindow(BaseModel):
     turns: list[WorkingTurn]
     tokens: int
     closed: bool
+    layer: Literal[MemoryLayer.WORKING] = MemoryLayer.WORKING
 
 
 class RecallResponse(BaseModel):

@@ -8,9 +8,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from schemas.memory import LAYER_OF_TYPE, MemoryLayer, MemoryType
 from services.textutil import count_tokens
 
 HALF_LIFE_DAYS = 180.0
+# The access signal reaches 1.0 here: beyond this many recalls a memory is
+# plainly useful, and more recalls must not let it outweigh similarity.
+ACCESS_SATURATION = 50
+# Share of the budget left after procedural memory that semantic memory may take
+# in the sectioned prompt; episodic memory gets the rest.
+SEMANTIC_SHARE = 0.6
+SECTION_TITLES: dict[MemoryLayer, str] = {
+    MemoryLayer.PROCEDURAL: "USER PROFILE",
+    MemoryLayer.SEMANTIC: "PRIOR CONTEXT",
+    MemoryLayer.EPISODIC: "RECENT SESSIONS",
+}
 _WORD = re.compile(r"\w+")
 
 
@@ -35,13 +47,37 @@ class Candidate:
     entities: list[str]
     source: dict[str, Any]
     pinned: bool = False
+    last_accessed_at: datetime | None = None
     signals: dict[str, float] = field(default_factory=dict)
     score: float = 0.0
 
+    @property
+    def layer(self) -> MemoryLayer:
+        return layer_of(self.type)
 
-def recency(observed_at: datetime, now: datetime) -> float:
-    age_days = max((now - observed_at).total_seconds() / 86400.0, 0.0)
+
+def layer_of(type_: str) -> MemoryLayer:
+    """The DESIGN §1/§6 layer of a memory type; an unknown type is treated as episodic (what happened)."""
+    try:
+        return LAYER_OF_TYPE[MemoryType(type_)]
+    except ValueError:
+        return MemoryLayer.EPISODIC
+
+
+def recency(observed_at: datetime, now: datetime, last_accessed_at: datetime | None = None) -> float:
+    """Halves every 180 days since the memory was last seen: observed or recalled, whichever is later.
+
+    A memory the user keeps coming back to stays fresh even if it was first
+    said long ago.
+    """
+    seen = observed_at if last_accessed_at is None else max(observed_at, last_accessed_at)
+    age_days = max((now - seen).total_seconds() / 86400.0, 0.0)
     return math.pow(0.5, age_days / HALF_LIFE_DAYS)
+
+
+def access(access_count: int) -> float:
+    """Log-scaled and capped at 1: the first few recalls count most, none can dominate the score."""
+    return min(1.0, math.log1p(max(access_count, 0)) / math.log1p(ACCESS_SATURATION))
 
 
 def entity_match(query: str, entities: list[str]) -> float:
@@ -52,9 +88,9 @@ def entity_match(query: str, entities: list[str]) -> float:
 def score(c: Candidate, query: str, now: datetime, weights: Weights) -> Candidate:
     signals = {
         "similarity": c.similarity,
-        "recency": recency(c.observed_at, now),
+        "recency": recency(c.observed_at, now, c.last_accessed_at),
         "importance": c.importance,
-        "access": min(1.0, math.log1p(c.access_count) / math.log(10)),
+        "access": access(c.access_count),
         "entity": entity_match(query, c.entities),
     }
     total = sum(getattr(weights, k) * v for k, v in signals.items())
@@ -69,6 +105,10 @@ def rank(candidates: list[Candidate], query: str, now: datetime, weights: Weight
     return pinned + rest
 
 
+def cost(c: Candidate) -> int:
+    return count_tokens(c.text) + 3  # "[TYPE] " prefix and newline
+
+
 def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[Candidate], int]:
     """Greedy by rank: a memory that does not fit is skipped, smaller ones may still fit."""
     chosen: list[Candidate] = []
@@ -79,15 +119,46 @@ def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[C
             break
         if c.id in seen:
             continue
-        cost = count_tokens(c.text) + 3  # "[TYPE] " prefix and newline
-        if used + cost > token_budget:
+        if used + cost(c) > token_budget:
             continue
         chosen.append(c)
         seen.add(c.id)
-        used += cost
+        used += cost(c)
+    return chosen, used
+
+
+def pack_sections(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[Candidate], int]:
+    """Layer by layer: procedural first, semantic within 60 % of what is left, episodic in the rest.
+
+    How to act for the user matters most and is small; facts come next but
+    may not crowd out what happened recently, so episodic memory always keeps
+    at least 40 % of the budget procedural memory left. Within a layer the
+    order is the rank; the result lists the layers in that order too, and the
+    working layer is not packed here (the response carries the window).
+    """
+    chosen: list[Candidate] = []
+    used = 0
+    for layer in SECTION_TITLES:
+        left = token_budget - used
+        budget = int(left * SEMANTIC_SHARE) if layer is MemoryLayer.SEMANTIC else left
+        taken, spent = pack([c for c in ranked if c.layer is layer], top_k - len(chosen), budget)
+        chosen.extend(taken)
+        used += spent
+        if len(chosen) >= top_k:
+            break
     return chosen, used
 
 
 def prompt_block(chosen: list[Candidate]) -> str:
     lines = [f"[{c.type.upper()}] {c.text}" for c in chosen]
     return "\n".join(["<memory>", *lines, "</memory>"])
+
+
+def prompt_sections(chosen: list[Candidate]) -> str:
+    """USER PROFILE / PRIOR CONTEXT / RECENT SESSIONS, each a titled group of `[TYPE] text` lines; empty ones left out."""
+    parts: list[str] = []
+    for layer, title in SECTION_TITLES.items():
+        lines = [f"[{c.type.upper()}] {c.text}" for c in chosen if c.layer is layer]
+        if lines:
+            parts.append("\n".join([f"{title}:", *lines]))
+    return "\n\n".join(parts)

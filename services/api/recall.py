@@ -8,8 +8,9 @@ from typing import Any
 
 from schemas import MemoryRecord, MemoryType
 from services import metrics
+from services.api.access import AccessMarks
 from services.api.models import RecalledMemory, RecallRequest, RecallResponse, Source, WorkingTurn, WorkingWindow
-from services.api.ranking import Candidate, Weights, pack, prompt_block, rank
+from services.api.ranking import Candidate, Weights, pack, pack_sections, prompt_block, prompt_sections, rank
 from services.runtime import Runtime
 from services.stores.vector import Hit, Scope
 
@@ -28,6 +29,7 @@ def _from_record(record: MemoryRecord, similarity: float) -> Candidate:
         entities=record.entities,
         source=record.source.model_dump(mode="json"),
         pinned=True,
+        last_accessed_at=record.last_accessed_at,
     )
 
 
@@ -43,7 +45,18 @@ def _from_hit(hit: Hit, best: float) -> Candidate:
         observed_at=datetime.fromisoformat(str(p["observed_at"])),
         entities=list(p.get("entities") or []),
         source=dict(p.get("source") or {}),
+        last_accessed_at=_instant(p.get("last_accessed_at")),
     )
+
+
+def _instant(value: object) -> datetime | None:
+    """An ISO 8601 payload field; absent (a point indexed before access marks existed) is None."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
+def _wanted(compressed: bool, req: RecallRequest) -> bool:
+    """Compressed episodes (folded into a pattern) leave default recall; `include_compressed` brings them back."""
+    return req.include_compressed or not compressed
 
 
 def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest) -> list[Candidate]:
@@ -54,7 +67,7 @@ def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest) -> li
     stated likes does not have them fill every answer.
     """
     wanted = set(req.types or PROFILE_TYPES)
-    chosen = [(r, sim) for r, sim in scored if r.type in wanted]
+    chosen = [(r, sim) for r, sim in scored if r.type in wanted and _wanted(r.compressed, req)]
     chosen.sort(key=lambda pair: (pair[0].type is not MemoryType.FACT, -pair[1]))
     return [_from_record(r, sim) for r, sim in chosen]
 
@@ -69,7 +82,7 @@ async def working(rt: Runtime, tenant_id: str, user_id: str, session_id: str) ->
     )
 
 
-async def recall(rt: Runtime, req: RecallRequest, weights: Weights) -> RecallResponse:
+async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: AccessMarks) -> RecallResponse:
     model = await rt.embedder()
     dense = (await asyncio.to_thread(model.embed, [req.query]))[0]
     types = tuple(t.value for t in req.types) if req.types else ()
@@ -84,17 +97,21 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights) -> RecallRes
     # The index follows Postgres through memory.changes; drop what Postgres no
     # longer holds as active (e.g. a fact superseded a moment ago).
     live = await rt.reads.active_ids(req.tenant_id, req.user_id, [h.id for h in hits])
-    hits = [h for h in hits if h.id in live]
+    hits = [h for h in hits if h.id in live and _wanted(bool(h.payload.get("compressed", False)), req)]
     best = max((h.score for h in hits), default=0.0)
     profile = _profile(scored, req)
     candidates = profile + [_from_hit(h, best) for h in hits]
-    chosen, used = pack(rank(candidates, req.query, datetime.now(UTC), weights), req.top_k, req.token_budget)
+    now = datetime.now(UTC)
+    ranked = rank(candidates, req.query, now, weights)
+    sections = req.format == "sections"
+    chosen, used = (pack_sections if sections else pack)(ranked, req.top_k, req.token_budget)
     metrics.RECALL_RESULTS.observe(len(chosen))
     metrics.RECALL_TOKENS.observe(used)
     window = await working(rt, req.tenant_id, req.user_id, req.session_id) if req.session_id else None
-    return RecallResponse(
-        memories=[_recalled(c) for c in chosen], prompt=prompt_block(chosen), tokens_used=used, working=window
-    )
+    # Sent only once the answer is complete: a recall that fails marks nothing.
+    marks.mark(req.tenant_id, req.user_id, [c.id for c in chosen], now)
+    prompt = prompt_sections(chosen) if sections else prompt_block(chosen)
+    return RecallResponse(memories=[_recalled(c) for c in chosen], prompt=prompt, tokens_used=used, working=window)
 
 
 def _recalled(c: Candidate) -> RecalledMemory:
@@ -106,6 +123,9 @@ def _recalled(c: Candidate) -> RecalledMemory:
         score=round(c.score, 6),
         signals={k: round(v, 6) for k, v in c.signals.items()},
         observed_at=c.observed_at,
+        layer=c.layer,
+        access_count=c.access_count,
+        last_accessed_at=c.last_accessed_at,
         source=Source(
             session_id=src.get("session_id"),
             event_ids=list(src.get("event_ids", [])),

@@ -39,6 +39,8 @@ class IndexPayload(TypedDict, total=False):
     entities: list[str]
     source: dict[str, Any]  # Provenance as JSON
     version: int
+    last_accessed_at: str | None  # ISO 8601, None until a recall returns the memory
+    compressed: bool  # folded into a pattern: left out of default recall
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -25,6 +26,8 @@ from services.api.health import Readiness
 from services.config import Settings
 from services.runtime import Runtime
 from tests.pg import PgServer, embedded_postgres
+
+T = TypeVar("T")
 
 
 class ServerThread(threading.Thread):
@@ -39,6 +42,7 @@ class ServerThread(threading.Thread):
         self.sock.bind(("127.0.0.1", 0))
         self.port = int(self.sock.getsockname()[1])
         self.rt: Runtime | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.server: uvicorn.Server | None = None
         self.error: BaseException | None = None
 
@@ -52,6 +56,7 @@ class ServerThread(threading.Thread):
         rt = Runtime.create(self.settings)
         await rt.start()
         self.rt = rt
+        self.loop = asyncio.get_running_loop()
         config = uvicorn.Config(
             create_app(rt, Readiness(rt)),
             log_level="warning",
@@ -92,6 +97,11 @@ class LiveApi:
     def rt(self) -> Runtime:
         assert self.thread.rt is not None
         return self.thread.rt
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        """Run a coroutine on the server's loop: the stores (pool, Qdrant shard) belong to it."""
+        assert self.thread.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.thread.loop).result(timeout)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,7 @@
 from datetime import UTC, datetime
 
+import pytest
+
 from agents.consolidator.decide import Action, Neighbours, decide
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.textutil import stable_id
@@ -102,3 +104,131 @@ def test_provenance_metadata_keeps_the_newest_entries_that_fit() -> None:
     assert 0 < len(kept) < 60
     assert sum(len(str(e)) for e in kept) <= MAX_METADATA_BYTES
     assert recent_metadata([{"a": 1}, {"b": 2}]) == [{"a": 1}, {"b": 2}]
+
+
+def preference(text: str, events: tuple[str, ...] = ("e2",), cid: str = "pref") -> MemoryCandidate:
+    return candidate(events=events, cid=cid).model_copy(
+        update={"type": MemoryType.PREFERENCE, "text": text, "category": "like", "key_name": None, "value": None}
+    )
+
+
+def stored_preference(rid: str, text: str, events: tuple[str, ...] = ("e1",)) -> MemoryRecord:
+    return record(rid, "x", events).model_copy(
+        update={"type": MemoryType.PREFERENCE, "text": text, "category": "like", "key_name": None, "value": None}
+    )
+
+
+def test_near_duplicate_merges_and_the_more_specific_text_wins() -> None:
+    old = stored_preference("old", "User preference: I like hiking.")
+    decision = decide(
+        preference("User preference: I like hiking in the Alps every summer."),
+        Neighbours(similar=old, similarity=0.95),
+        merge_similarity=0.92,
+    )
+    assert decision.action is Action.MERGED
+    assert decision.target == old
+    assert decision.candidate_wins
+    assert decision.record_id == stable_id("pref")
+
+
+def test_a_vaguer_or_equally_specific_restatement_keeps_the_existing_text() -> None:
+    old = stored_preference("old", "User preference: I really love hiking in the mountains.")
+    decision = decide(
+        preference("User preference: I love hiking in mountains a lot."),
+        Neighbours(similar=old, similarity=0.98),
+        merge_similarity=0.92,
+    )
+    assert decision.action is Action.MERGED
+    assert not decision.candidate_wins
+
+
+def test_below_the_merge_threshold_the_candidate_is_added() -> None:
+    old = stored_preference("old", "User preference: I like tea.")
+    found = Neighbours(similar=old, similarity=0.91)
+    assert decide(preference("User preference: I like coffee."), found, merge_similarity=0.92).action is Action.ADD
+    assert decide(preference("User preference: I like coffee."), found).action is Action.ADD  # merge off
+
+
+def test_exchanges_and_episodes_never_merge() -> None:
+    old = stored_preference("old", "hello there").model_copy(update={"type": MemoryType.EXCHANGE})
+    exchange = preference("hello there!").model_copy(update={"type": MemoryType.EXCHANGE})
+    assert decide(exchange, Neighbours(similar=old, similarity=0.99), merge_similarity=0.92).action is Action.ADD
+
+
+def test_keyed_facts_merge_only_under_the_same_key() -> None:
+    other_key = record("old", "Berlin", ("e1",)).model_copy(
+        update={"key_name": "hometown", "text": "User is from Berlin"}
+    )
+    decision = decide(candidate("Berlin"), Neighbours(similar=other_key, similarity=0.95), merge_similarity=0.92)
+    assert decision.action is Action.ADD
+
+
+def test_a_redelivered_merged_candidate_is_a_replay_not_a_second_merge() -> None:
+    survivor = stored_preference("old", "User preference: I really love hiking in the mountains.", ("e1", "e2"))
+    decision = decide(
+        preference("User preference: I love hiking in mountains a lot.", events=("e2",)),
+        Neighbours(similar=survivor, similarity=0.98),
+        merge_similarity=0.92,
+    )
+    assert decision.action is Action.REPLAYED
+    assert decision.target == survivor
+
+
+def test_a_candidate_that_lost_a_merge_replays_by_its_own_id() -> None:
+    loser = stored_preference("pref", "User preference: I love it a lot.", ("e2",)).model_copy(
+        update={"status": MemoryStatus.MERGED, "superseded_by": stable_id("old")}
+    )
+    decision = decide(preference("User preference: I love it a lot."), Neighbours(same_id=loser))
+    assert decision.action is Action.REPLAYED
+
+
+def test_unimportant_candidates_are_skipped_but_exact_duplicates_still_reinforce() -> None:
+    assert decide(preference("x y z"), Neighbours(), keep=False).action is Action.SKIPPED
+    existing = stored_preference("other", "x y z")
+    assert decide(preference("x y z"), Neighbours(same_content=existing), keep=False).action is Action.REINFORCE
+
+
+def test_specificity_counts_entities_numbers_and_content_words() -> None:
+    from agents.consolidator.merge import candidate_wins, specificity
+
+    assert specificity("User preference: I like hiking in the Alps in 2024.").entities == 1
+    assert specificity("User preference: I like hiking in the Alps in 2024.").numbers == 1
+    assert candidate_wins("I like hiking in the Alps", "I like hiking in the mountains")
+    assert not candidate_wins("I like hiking", "I like hiking")  # a tie keeps the existing text
+
+
+def test_merge_records_keep_one_active_survivor_with_both_sources() -> None:
+    from agents.consolidator.apply import merge_records
+    from agents.consolidator.decide import Decision
+    from schemas import EmbeddedCandidate
+
+    old = stored_preference("old", "User preference: I like hiking.").model_copy(update={"importance": 0.7})
+    cand = preference("User preference: I like hiking in the Alps.").model_copy(update={"importance": 0.97})
+    item = EmbeddedCandidate(tenant_id="t", user_id="u", candidate=cand, vector=[1.0, 0.0], model="m")
+    winner, loser = merge_records(item, Decision(Action.MERGED, stable_id("pref"), old, candidate_wins=True), NOW)
+    assert (winner.id, winner.text, winner.status) == (stable_id("pref"), cand.text, MemoryStatus.ACTIVE)
+    assert (loser.id, loser.status, loser.superseded_by) == (old.id, MemoryStatus.MERGED, winner.id)
+    assert winner.importance == 1.0  # max + 0.05, capped
+    assert winner.source.event_ids == ["e2", "e1"]
+    kept_old, absorbed = merge_records(item, Decision(Action.MERGED, stable_id("pref"), old), NOW)
+    assert (kept_old.id, kept_old.text, kept_old.version) == (old.id, old.text, old.version + 1)
+    assert kept_old.importance == pytest.approx(1.0)
+    assert (absorbed.id, absorbed.status, absorbed.superseded_by) == (stable_id("pref"), MemoryStatus.MERGED, old.id)
+    assert set(kept_old.source.event_ids) == {"e1", "e2"}
+
+
+def test_batch_view_sees_what_the_batch_wrote_and_skips_what_it_retired() -> None:
+    from agents.consolidator.merge import BatchView, Similar
+
+    view = BatchView()
+    cand = preference("User preference: I like hiking.")
+    stale = stored_preference("old", "User preference: I like walks.")
+    assert view.best(cand, [1.0, 0.0], [Similar(stale, 0.95, [1.0, 0.1])], 0.92) is not None
+    view.wrote(stale.model_copy(update={"status": MemoryStatus.MERGED}), None)
+    assert view.best(cand, [1.0, 0.0], [Similar(stale, 0.95, [1.0, 0.1])], 0.92) is None
+    fresh = stored_preference("new", "User preference: I like hiking!")
+    view.wrote(fresh, [1.0, 0.01])
+    best = view.best(cand, [1.0, 0.0], [], 0.92)
+    assert best is not None
+    assert best.record.id == fresh.id
+    assert view.best(cand, [0.0, 1.0], [], 0.92) is None

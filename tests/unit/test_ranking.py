@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.api.ranking import Candidate, Weights, pack, prompt_block, rank, recency
+from services.api.ranking import Candidate, Weights, access, pack, prompt_block, rank, recency
 from services.textutil import count_tokens
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -29,6 +29,31 @@ def cand(
 def test_recency_halves_every_180_days() -> None:
     assert recency(NOW, NOW) == 1.0
     assert abs(recency(NOW - timedelta(days=180), NOW) - 0.5) < 1e-9
+
+
+def test_recency_counts_from_the_later_of_observation_and_last_access() -> None:
+    long_ago = NOW - timedelta(days=720)
+    assert abs(recency(long_ago, NOW, NOW - timedelta(days=180)) - 0.5) < 1e-9
+    # An access recorded before the observation (clock skew) does not age the memory.
+    assert recency(NOW, NOW, long_ago) == 1.0
+    assert recency(long_ago, NOW, None) == recency(long_ago, NOW)
+
+
+def test_access_signal_grows_with_recalls_and_stays_bounded() -> None:
+    values = [access(n) for n in (0, 1, 2, 10, 50, 10_000)]
+    assert values[0] == 0.0
+    assert values == sorted(values)
+    assert values[1] < values[2] < values[3] < 1.0
+    assert values[4] == values[5] == 1.0
+
+
+def test_a_recently_recalled_memory_outranks_an_equally_similar_forgotten_one() -> None:
+    old = cand("forgotten", sim=0.6, days=400)
+    recalled = Candidate(**{**cand("recalled", sim=0.6, days=400).__dict__, "access_count": 3, "last_accessed_at": NOW})
+    ranked = rank([old, recalled], "q", NOW, Weights())
+    assert [c.id for c in ranked] == ["recalled", "forgotten"]
+    assert ranked[0].signals["recency"] == 1.0
+    assert ranked[0].signals["access"] == access(3)
 
 
 def test_similar_and_recent_rank_first_and_pinned_stay_ahead() -> None:

@@ -47,3 +47,37 @@ def test_episode_candidate_carries_every_source_turn() -> None:
     assert candidate.source.event_ids == ["e0", "e1"]
     assert candidate.source.metadata == [{"dia_id": "D1:0"}, {"dia_id": "D1:1"}]
     assert episode_candidate(chunk, 3) == candidate
+
+
+def test_an_llm_episode_keeps_the_chunks_id_times_and_entities() -> None:
+    from agents.summarizer.candidates import EXTRACTOR, LLM_EXTRACTOR, candidate_for, llm_episode
+    from services.llm import EpisodeAnswer
+
+    chunk = EvictedChunk(
+        tenant_id="t",
+        user_id="u",
+        session_id="s",
+        reason="session_end",
+        turns=turns("We adopted a puppy named Biscuit.", "Congratulations on Biscuit!"),
+        cause=["e9"],
+    )
+    extractive = summarize(chunk.turns, 3)
+    assert extractive is not None
+    answer = EpisodeAnswer(summary=" The user adopted a puppy, Biscuit. ", topics=["Pets", " "], open_questions=["?"])
+    episode = llm_episode(extractive, answer)
+    assert (episode.text, episode.topics, episode.open_questions) == (
+        "The user adopted a puppy, Biscuit.",
+        ["pets"],
+        ["?"],
+    )
+    assert (episode.started_at, episode.ended_at, episode.entities) == (
+        extractive.started_at,
+        extractive.ended_at,
+        extractive.entities,
+    )
+    by_llm, by_rules = candidate_for(chunk, episode, LLM_EXTRACTOR), candidate_for(chunk, extractive, EXTRACTOR)
+    assert by_llm.candidate_id == by_rules.candidate_id  # one chunk, one episode, whichever path wrote it
+    assert by_llm.extractor == "llm/v1"
+    assert by_llm.category == "pets"
+    no_topics = llm_episode(extractive, EpisodeAnswer(summary="s"))
+    assert no_topics.topics == extractive.topics

@@ -32,8 +32,9 @@ class MemoryReader:
                         SELECT {_RECORD_COLUMNS}, 1 - (embedding <=> %s) AS similarity FROM memories
                         WHERE tenant_id = %s AND user_id = %s AND status = 'active'
                           AND type IN ('fact', 'preference') AND embedding IS NOT NULL
+                          AND vector_dims(embedding) = vector_dims(%s::vector)
                     ) scored WHERE similarity >= %s ORDER BY similarity DESC LIMIT %s""",
-                (np.asarray(query, dtype=np.float32), tenant_id, user_id, min_similarity, limit),
+                (vec := np.asarray(query, dtype=np.float32), tenant_id, user_id, vec, min_similarity, limit),
             )
             rows = await cur.fetchall()
             return [(record_from_row(r), r["similarity"]) for r in rows]

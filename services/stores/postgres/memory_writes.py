@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from psycopg.types.json import Jsonb
@@ -12,6 +14,37 @@ from services.errors import StoreRejected
 from services.stores.postgres.pool import Conn
 from services.stores.postgres.records import RECORD_COLUMNS as _RECORD_COLUMNS
 from services.stores.postgres.records import record_from_row
+
+# The types a merge may touch; migration 004's partial index repeats this list.
+MERGE_TYPES_SQL = "('fact', 'preference', 'semantic', 'pattern')"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One candidate's scope and vector, for the batch lookups."""
+
+    tenant_id: str
+    user_id: str
+    type_: MemoryType
+    vector: Sequence[float]
+
+
+@dataclass(frozen=True)
+class Nearby:
+    record: MemoryRecord
+    similarity: float
+    vector: list[float]
+
+
+def _floats(value: object) -> list[float]:
+    """A pgvector value (Vector, ndarray or list, depending on registration) as floats."""
+    to_list = getattr(value, "to_list", None)
+    items = to_list() if callable(to_list) else cast("Sequence[float]", value)
+    return [float(x) for x in items]
+
+
+def _vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 class MemoryWriter:
@@ -53,6 +86,89 @@ class MemoryWriter:
             },
         )
         return {row["hit"]: record_from_row(row) for row in await cur.fetchall()}
+
+    async def nearest_batch(self, conn: Conn, probes: Sequence[Probe], limit: int = 3) -> dict[int, list[Nearby]]:
+        """For each probe (by position), its `limit` nearest active memories of the same scope and type.
+
+        One query for the whole batch: a LATERAL nearest-neighbour scan per
+        probe. For 384-dimension vectors it uses the HNSW expression index of
+        migration 004 (same expression, same predicate), with an iterative scan
+        so the tenant/user filter cannot starve it; only rows of the probe's
+        dimension are compared, so a model change never mixes vector spaces.
+        Only mergeable types are looked up.
+        """
+        by_dim: dict[int, list[int]] = {}
+        for i, probe in enumerate(probes):
+            by_dim.setdefault(len(probe.vector), []).append(i)
+        found: dict[int, list[Nearby]] = {}
+        if by_dim:
+            await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+        for dim, positions in sorted(by_dim.items()):
+            if dim == 0:
+                continue
+            # The cast's typmod must be a literal; `dim` is an int from len().
+            expr = f"m.embedding::vector({int(dim)})"
+            cur = await conn.execute(
+                f"""SELECT c.pos, n.* FROM unnest(%(pos)s::int[], %(t)s::text[], %(u)s::text[], %(type)s::text[],
+                        %(vec)s::text[]) AS c(pos, t, u, type, vec)
+                    CROSS JOIN LATERAL (
+                        SELECT {_RECORD_COLUMNS}, m.embedding,
+                               1 - ({expr} <=> c.vec::vector({int(dim)})) AS similarity
+                        FROM memories m
+                        WHERE m.tenant_id = c.t AND m.user_id = c.u AND m.type = c.type AND m.status = 'active'
+                          AND m.type IN {MERGE_TYPES_SQL} AND vector_dims(m.embedding) = {int(dim)}
+                        ORDER BY {expr} <=> c.vec::vector({int(dim)}) LIMIT %(limit)s
+                    ) n""",
+                {
+                    "pos": positions,
+                    "t": [probes[i].tenant_id for i in positions],
+                    "u": [probes[i].user_id for i in positions],
+                    "type": [probes[i].type_.value for i in positions],
+                    "vec": [_vector_literal(probes[i].vector) for i in positions],
+                    "limit": limit,
+                },
+            )
+            for row in await cur.fetchall():
+                found.setdefault(row["pos"], []).append(
+                    Nearby(record_from_row(row), float(row["similarity"]), _floats(row["embedding"]))
+                )
+        return found
+
+    async def centroids(
+        self, conn: Conn, scopes: Sequence[tuple[str, str, MemoryType]], dim: int
+    ) -> dict[tuple[str, str, MemoryType], tuple[np.ndarray, int]]:
+        """Sum and count of the active embeddings of `dim` dimensions per (tenant, user, type), one query."""
+        if not scopes:
+            return {}
+        cur = await conn.execute(
+            """SELECT m.tenant_id, m.user_id, m.type, sum(m.embedding) AS total, count(*) AS n
+               FROM memories m JOIN unnest(%s::text[], %s::text[], %s::text[]) AS s(t, u, type)
+                 ON m.tenant_id = s.t AND m.user_id = s.u AND m.type = s.type
+               WHERE m.status = 'active' AND vector_dims(m.embedding) = %s
+               GROUP BY m.tenant_id, m.user_id, m.type""",
+            ([s[0] for s in scopes], [s[1] for s in scopes], [s[2].value for s in scopes], dim),
+        )
+        return {
+            (r["tenant_id"], r["user_id"], MemoryType(r["type"])): (
+                np.asarray(_floats(r["total"]), dtype=np.float64),
+                int(r["n"]),
+            )
+            for r in await cur.fetchall()
+        }
+
+    async def with_vector(
+        self, conn: Conn, tenant_id: str, user_id: str, memory_id: str
+    ) -> tuple[MemoryRecord, list[float] | None] | None:
+        """One record of this tenant and user, with its stored embedding."""
+        cur = await conn.execute(
+            f"SELECT {_RECORD_COLUMNS}, embedding FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s",
+            (tenant_id, user_id, memory_id),
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        embedding = row["embedding"]
+        return record_from_row(row), None if embedding is None else _floats(embedding)
 
     async def superseded_by(self, conn: Conn, tenant_id: str, user_id: str, memory_id: str) -> list[MemoryRecord]:
         cur = await conn.execute(

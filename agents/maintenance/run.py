@@ -1,0 +1,87 @@
+"""One maintenance pass: per user, plan, write and queue the changes in one transaction, then publish.
+
+Maintenance writes like the consolidator does: deterministic ids, every
+changed record's version bumped once, and its `memory.changes` in the
+outbox of the same transaction, so a crash after the commit loses no change
+(the relay, or this pass's own publish, sends them) and a re-run plans nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+
+from agents.maintenance.logic import Effect, Rules, plan_user
+from schemas import MemoryChange, codec, partition_key
+from services import topics
+from services.stores.postgres import MemoryWriter, Outbox, OutboxMessage, PgPool
+from services.stores.postgres.maintenance import load_user, users_with_active_memories
+from services.textutil import stable_id
+
+log = logging.getLogger(__name__)
+Publish = Callable[[Sequence[OutboxMessage]], Awaitable[None]]
+
+
+def change_of(effect: Effect, now: datetime, committed_at: datetime) -> MemoryChange:
+    record = effect.record
+    return MemoryChange(
+        tenant_id=record.tenant_id,
+        user_id=record.user_id,
+        op=effect.op,
+        record=record,
+        vector=effect.vector,
+        cause=[f"maintenance:{now.isoformat()}"],
+        committed_at=committed_at,
+        reason=effect.reason,
+    )
+
+
+def outbox_message(change: MemoryChange) -> OutboxMessage:
+    """Keyed by record and version: the same change of a re-run is the same row."""
+    r = change.record
+    return OutboxMessage(
+        id=stable_id("outbox", r.tenant_id, r.user_id, "maintenance", r.id, str(r.version)),
+        scope=partition_key(r.tenant_id, r.user_id).decode(),
+        topic=topics.CHANGES,
+        key=change.key,
+        value=codec.dumps(change),
+    )
+
+
+async def maintain_user(
+    pool: PgPool, outbox: Outbox, tenant_id: str, user_id: str, now: datetime, rules: Rules
+) -> tuple[list[OutboxMessage], Counter[str]]:
+    writer = MemoryWriter()
+    async with pool.transaction("maintenance") as conn:
+        rows = await load_user(conn, tenant_id, user_id)
+        effects, counts = plan_user(rows.records, rows.vectors, rows.synthesized, now, rules)
+        # Superseded and pruned rows first: a new version never meets its predecessor's active row.
+        for effect in sorted(effects, key=lambda e: e.record.status.value == "active"):
+            await writer.upsert(conn, effect.record, effect.vector)
+        committed_at = datetime.now(UTC)
+        messages = [outbox_message(change_of(e, now, committed_at)) for e in effects]
+        await outbox.add(conn, messages)
+    return messages, counts
+
+
+async def run_pass(
+    pool: PgPool,
+    outbox: Outbox,
+    rules: Rules,
+    now: datetime,
+    publish: Publish,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+) -> Counter[str]:
+    """Tend every user in scope; counts per effect (decayed, pruned, patterns, compressed, semantic, ...)."""
+    totals: Counter[str] = Counter()
+    users = await users_with_active_memories(pool, tenant_id, user_id)
+    for tenant, user in users:
+        messages, counts = await maintain_user(pool, outbox, tenant, user, now, rules)
+        await publish(messages)
+        totals.update(counts)
+    totals["users"] = len(users)
+    log.info("maintenance as of %s: %s", now.isoformat(), dict(totals))
+    return totals

@@ -1,0 +1,67 @@
+"""Leader-only timers: one worker of the group runs maintenance and closes idle sessions.
+
+Faust's own `on_leader=True` needs its leader topic, which this app disables
+(topics come from topics.yaml only), so it would never fire. The leader here
+is the worker that owns partition 0 of `chat.turns`: the whole group consumes
+that topic, so exactly one member owns it at a time, and it moves on with a
+rebalance like any partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import faust
+
+from agents.housekeeping import survive
+from agents.maintenance.idle import close_idle_sessions
+from agents.maintenance.logic import Rules
+from agents.maintenance.run import run_pass
+from agents.outbox import publish
+from agents.stage import forward
+from agents.topics import Topics
+from schemas import SessionEvent
+from services import topics as topic_names
+from services.config import Settings
+from services.runtime import Runtime
+from services.stores.postgres import OutboxMessage
+
+log = logging.getLogger(__name__)
+STAGE = "maintenance"
+
+
+def is_leader(app: faust.App) -> bool:
+    return any(tp.topic == topic_names.TURNS and tp.partition == 0 for tp in app.consumer.assignment())
+
+
+def register(app: faust.App, settings: Settings, rt: Runtime, topics: Topics) -> None:
+    by_name = topics.by_name()
+    rules = Rules.from_settings(settings)
+
+    async def publish_changes(messages: Sequence[OutboxMessage]) -> None:
+        await publish(rt, by_name, STAGE, messages)
+
+    async def send_ends(events: Sequence[SessionEvent]) -> None:
+        await forward(topics.turns, "idle_sessions", events)
+
+    async def maintain_once() -> None:
+        await run_pass(rt.pg, rt.outbox, rules, datetime.now(UTC), publish_changes)
+
+    async def close_once() -> None:
+        closed = await close_idle_sessions(
+            rt.pg, timedelta(seconds=settings.session_idle), datetime.now(UTC), send_ends
+        )
+        if closed:
+            log.info("closed %d idle sessions", closed)
+
+    @app.timer(interval=settings.maintenance_interval)  # type: ignore[untyped-decorator]
+    async def maintenance_timer() -> None:
+        if is_leader(app):
+            await survive("maintenance", maintain_once())
+
+    @app.timer(interval=settings.session_idle_check_seconds)  # type: ignore[untyped-decorator]
+    async def idle_sessions_timer() -> None:
+        if is_leader(app):
+            await survive("idle sessions", close_once())

@@ -1,0 +1,80 @@
+"""Maintenance's queries: whose memories to tend, one user's rows locked with their vectors, idle sessions.
+
+Writes go through `MemoryWriter.upsert`, like the consolidator's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from schemas import MemoryRecord
+from services.stores.postgres.pool import Conn, PgPool
+from services.stores.postgres.records import RECORD_COLUMNS, record_from_row
+
+
+@dataclass(frozen=True)
+class UserRows:
+    records: list[MemoryRecord]
+    vectors: dict[str, list[float] | None]
+    # Ids of the user's pattern and semantic rows in any status: already written.
+    synthesized: set[str]
+
+
+@dataclass(frozen=True)
+class IdleSession:
+    tenant_id: str
+    user_id: str
+    session_id: str
+    last_turn_at: datetime
+
+
+def _floats(embedding: Any) -> list[float] | None:
+    """pgvector hands back a Vector (a numpy array on older versions); changes carry plain floats."""
+    if embedding is None:
+        return None
+    values = embedding.to_list() if hasattr(embedding, "to_list") else embedding
+    return [float(x) for x in values]
+
+
+async def users_with_active_memories(pool: PgPool, tenant_id: str | None, user_id: str | None) -> list[tuple[str, str]]:
+    async with pool.connection("maintenance_users") as conn:
+        cur = await conn.execute(
+            """SELECT DISTINCT tenant_id, user_id FROM memories
+               WHERE status = 'active' AND (%(t)s::text IS NULL OR tenant_id = %(t)s)
+                 AND (%(u)s::text IS NULL OR user_id = %(u)s)
+               ORDER BY tenant_id, user_id""",
+            {"t": tenant_id, "u": user_id},
+        )
+        return [(r["tenant_id"], r["user_id"]) for r in await cur.fetchall()]
+
+
+async def load_user(conn: Conn, tenant_id: str, user_id: str) -> UserRows:
+    """The user's active memories and their vectors, locked until the transaction ends."""
+    cur = await conn.execute(
+        f"""SELECT {RECORD_COLUMNS}, embedding FROM memories
+            WHERE tenant_id = %s AND user_id = %s AND status = 'active' ORDER BY id FOR UPDATE""",
+        (tenant_id, user_id),
+    )
+    rows = await cur.fetchall()
+    records = [record_from_row(r) for r in rows]
+    vectors = {r["id"]: _floats(r["embedding"]) for r in rows}
+    cur = await conn.execute(
+        "SELECT id FROM memories WHERE tenant_id = %s AND user_id = %s AND type IN ('pattern', 'semantic')",
+        (tenant_id, user_id),
+    )
+    return UserRows(records, vectors, {r["id"] for r in await cur.fetchall()})
+
+
+async def idle_sessions(pool: PgPool, before: datetime, limit: int = 1000) -> list[IdleSession]:
+    """Open sessions whose last turn is older than `before`, oldest first."""
+    async with pool.connection("idle_sessions") as conn:
+        cur = await conn.execute(
+            """SELECT tenant_id, user_id, session_id, last_turn_at FROM sessions
+               WHERE closed_at IS NULL AND last_turn_at < %s ORDER BY last_turn_at LIMIT %s""",
+            (before, limit),
+        )
+        return [
+            IdleSession(r["tenant_id"], r["user_id"], r["session_id"], r["last_turn_at"]) for r in await cur.fetchall()
+        ]

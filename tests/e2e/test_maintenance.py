@@ -1,0 +1,208 @@
+"""Maintenance and idle-session closing through real processes, on a stack of their own (port offset 43)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from tests.stack import ROOT, Stack, embedded_stack, produce, session_end, turn, user_path, wait_for
+
+pytestmark = pytest.mark.e2e
+TENANT = "acme"
+DECAY_RATE = 0.05  # the default
+# Alike enough to cluster (cosine about 0.75-0.85 between summaries), not enough to merge (0.92).
+SESSION_TALK = [
+    "My legs were sore after the marathon pace section.",
+    "I need to eat more during long marathon training runs.",
+    "My marathon plan has interval runs and a long run every week.",
+    "I bought new running shoes for the marathon training.",
+    "My coach says my marathon pace runs should be slower.",
+    "I will taper my marathon training before the race.",
+]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    idle = {"MEMSTREAM_SESSION_IDLE": "3", "MEMSTREAM_SESSION_IDLE_CHECK_SECONDS": "1"}
+    with embedded_stack(Path(tmp_path_factory.mktemp("maint")), port_offset=43, extra_env=idle) as running:
+        yield running
+
+
+def maintain(stack: Stack, user: str, now: datetime) -> str:
+    env = stack.env
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "maintain",
+            "--now",
+            now.isoformat(),
+            "--tenant",
+            TENANT,
+            "--user",
+            user,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return done.stdout.decode()
+
+
+def snapshot(stack: Stack, user: str) -> dict[str, tuple[Any, ...]]:
+    return {
+        m["id"]: (m["status"], m["version"], m["importance"], m["compressed"], m["superseded_by"])
+        for m in stack.memories(TENANT, user)
+    }
+
+
+def fade(importance: float, passes: int) -> tuple[float, str]:
+    """Importance and status after `passes` passes over a memory never accessed: the decay and prune rules."""
+    for _ in range(passes):
+        importance = max(0.0, round(importance - DECAY_RATE, 6))
+        if importance < 0.1:
+            return importance, "pruned"
+    return importance, "active"
+
+
+def settled(stack: Stack, user: str, quiet: float = 3.0) -> bool:
+    """No memory of the user changed for `quiet` seconds: the pipeline is done with its turns."""
+    first = snapshot(stack, user)
+    time.sleep(quiet)
+    return bool(first) and snapshot(stack, user) == first
+
+
+async def test_maintenance_decays_prunes_compresses_and_synthesizes_once(stack: Stack) -> None:
+    user = f"runner-{uuid.uuid4().hex[:8]}"
+    events: list[dict[str, Any]] = []
+    for s, said in enumerate(SESSION_TALK):
+        session = f"run{s}"
+        opening = f"I am training for the Berlin marathon and did a long run of {20 + 2 * s} kilometers this weekend."
+        events += [turn(TENANT, user, session, 0, opening), turn(TENANT, user, session, 1, said)]
+        events.append(session_end(TENANT, user, session))
+    await produce(stack.bootstrap, events)
+    wait_for(lambda: len(stack.memories(TENANT, user, type="episode")) >= 6, 90, "six episodes", interval=0.5)
+    wait_for(lambda: settled(stack, user), 60, "memories settled", interval=0.5)
+    before = {m["id"]: m for m in stack.memories(TENANT, user) if m["status"] == "active"}
+
+    later = datetime.now(UTC) + timedelta(days=365)
+    out = maintain(stack, user, later)
+    assert "patterns=1" in out, out
+
+    after = {m["id"]: m for m in stack.memories(TENANT, user)}
+    for rid, old in before.items():
+        assert after[rid]["version"] == old["version"] + 1, (old, after[rid])
+        assert after[rid]["importance"] == pytest.approx(fade(old["importance"], 1)[0], abs=1e-4)
+    [pattern] = stack.memories(TENANT, user, type="pattern")
+    episodes = {e["id"]: e for e in stack.memories(TENANT, user, type="episode", status="active")}
+    members = set(pattern["source"]["metadata"][0]["memory_ids"])
+    assert len(members) >= 5
+    assert members <= set(episodes)
+    assert all(episodes[i]["compressed"] == (i in members) for i in episodes)
+    assert "marathon" in pattern["text"]
+    assert set(pattern["source"]["event_ids"]) == {x for i in members for x in episodes[i]["source"]["event_ids"]}
+
+    semantic = stack.memories(TENANT, user, type="semantic", status="active")
+    topics = {m["key_name"] for m in semantic}
+    assert "marathon" in topics, topics
+    assert all(len(m["source"]["metadata"][0]["session_ids"]) >= 2 for m in semantic)
+
+    # The index follows memory.changes: synthesized memories are recalled, compressed episodes are not.
+    def indexed() -> dict[str, Any] | None:
+        result = stack.recall(TENANT, user, "marathon training long run", top_k=50)
+        types = {m["type"] for m in result["memories"]}
+        return result if "pattern" in types and "semantic" in types else None
+
+    first = snapshot(stack, user)
+    again = maintain(stack, user, later)
+    assert snapshot(stack, user) == first
+    assert again.strip().endswith(": users=1"), again  # no effect counted
+
+    # Six more passes, 6 h apart: everything from a year ago fades by 0.05 a pass and is
+    # pruned once under 0.1; the new pattern and semantic memories are not a week old.
+    for k in range(1, 7):
+        maintain(stack, user, later + timedelta(hours=6 * k))
+    final = {m["id"]: m for m in stack.memories(TENANT, user)}
+    for rid, old in before.items():
+        importance, status = fade(old["importance"], 7)
+        assert final[rid]["status"] == status, (old, final[rid])
+        assert final[rid]["importance"] == pytest.approx(importance, abs=1e-4)
+    assert stack.memories(TENANT, user, status="pruned"), "0.3-0.4 memories fall under the floor"
+    assert all(final[i]["version"] == first[i][1] for i in first if final[i]["type"] in ("pattern", "semantic"))
+
+    # Recall after the passes: its access marks are writes of their own.
+    recalled = wait_for(indexed, 60, "pattern and semantic memories in the index", interval=0.5)
+    assert not [m for m in recalled["memories"] if m["id"] in members]
+
+
+async def read_session_ends(bootstrap: str, session: str, want: int) -> list[dict[str, Any]]:
+    consumer = AIOKafkaConsumer(
+        "chat.turns",
+        bootstrap_servers=bootstrap,
+        group_id=f"test-{uuid.uuid4().hex}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    found: list[dict[str, Any]] = []
+    try:
+        deadline = datetime.now(UTC) + timedelta(seconds=30)
+        while len(found) < want and datetime.now(UTC) < deadline:
+            for messages in (await consumer.getmany(timeout_ms=500)).values():
+                for m in messages:
+                    value = orjson.loads(m.value)
+                    if value.get("session_id") == session and value.get("type") == "session_end":
+                        found.append(value)
+        return found
+    finally:
+        await consumer.stop()
+
+
+async def test_an_idle_session_closes_itself_through_the_log(stack: Stack) -> None:
+    user = f"quiet-{uuid.uuid4().hex[:8]}"
+    session = "idle1"
+    first = [
+        turn(TENANT, user, session, 0, "I am planning a trip to Lisbon in May with my sister."),
+        turn(TENANT, user, session, 1, "Lisbon in May is lovely, the weather is mild.", role="assistant"),
+    ]
+    await produce(stack.bootstrap, first)
+    working = f"/v1/sessions/{session}/working"
+
+    def closed() -> bool:
+        response = stack.get(working, tenant_id=TENANT, user_id=user)
+        return response.status_code == 200 and response.json()["closed"]
+
+    wait_for(closed, 30, "idle session closed", interval=0.5)
+
+    def episode_of(event_ids: set[str]) -> dict[str, Any] | None:
+        for m in stack.memories(TENANT, user, type="episode"):
+            if set(m["source"]["event_ids"]) == event_ids:
+                return m
+        return None
+
+    episode = wait_for(lambda: episode_of({t["event_id"] for t in first}), 60, "episode of the idle session")
+    assert episode["source"]["session_id"] == session
+    [end] = await read_session_ends(stack.bootstrap, session, 1)
+    assert end["metadata"] == {"closed_by": "idle_timer"}
+
+    # A turn after the close opens a fresh window, which closes itself in turn.
+    later = turn(TENANT, user, session, 2, "We also want to visit Porto for two days by train.")
+    await produce(stack.bootstrap, [later])
+    wait_for(lambda: episode_of({later["event_id"]}), 60, "episode of the reopened session")
+    ends = await read_session_ends(stack.bootstrap, session, 2)
+    assert len({e["event_id"] for e in ends}) == 2
+    assert stack.get(f"/v1/users/{user_path(user)}/memories", tenant_id=TENANT).status_code == 200

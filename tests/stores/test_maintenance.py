@@ -1,0 +1,140 @@
+"""A maintenance pass against a real embedded Postgres: rows, versions, outbox, re-runs, idle sessions."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from agents.maintenance.logic import Rules
+from agents.maintenance.run import run_pass
+from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance, codec
+from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, OutboxMessage, PgPool, WindowStore, migrate
+from services.stores.postgres.maintenance import idle_sessions
+from services.textutil import stable_id
+from tests.factories import turn_event
+
+NOW = datetime(2027, 1, 1, tzinfo=UTC)
+RULES = Rules(0.05, timedelta(days=7), 0.1, timedelta(days=30), 5, timedelta(days=90))
+
+
+@pytest.fixture
+async def pool(pg_dsn: str) -> AsyncIterator[PgPool]:
+    await migrate(pg_dsn)
+    pool = PgPool(pg_dsn, 2)
+    await pool.open()
+    yield pool
+    await pool.close()
+
+
+def episode(i: int, user: str = "u", importance: float = 0.5, type_: MemoryType = MemoryType.EPISODE) -> MemoryRecord:
+    at = NOW - timedelta(days=40)
+    text = f"{type_.value} {i} about marathon training"
+    return MemoryRecord(
+        id=stable_id("t", user, type_.value, str(i)),
+        tenant_id="t",
+        user_id=user,
+        type=type_,
+        text=text,
+        content_hash=stable_id("hash", text),
+        category="marathon, training",
+        importance=importance,
+        confidence=0.7,
+        status=MemoryStatus.ACTIVE,
+        observed_at=at,
+        created_at=at,
+        updated_at=at,
+        source=Provenance(session_id=f"s{i}", event_ids=[f"e{i}"]),
+    )
+
+
+def near_axis(i: int) -> list[float]:
+    v = np.zeros(384)
+    v[0], v[1 + i] = 1.0, 0.3
+    return [float(x) for x in v / np.linalg.norm(v)]
+
+
+class Sent:
+    """A publish that keeps what it was handed and forgets the outbox rows, as the real one does."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self.outbox = outbox
+        self.changes: list[MemoryChange] = []
+
+    async def __call__(self, messages: Sequence[OutboxMessage]) -> None:
+        self.changes += [codec.loads(MemoryChange, m.value) for m in messages]
+        await self.outbox.delete([m.id for m in messages])
+
+
+async def seed(pool: PgPool, records: Sequence[tuple[MemoryRecord, list[float]]]) -> None:
+    writer = MemoryWriter()
+    async with pool.transaction("seed") as conn:
+        for record, vector in records:
+            await writer.upsert(conn, record, vector)
+
+
+async def test_a_pass_writes_versions_and_changes_and_a_rerun_writes_nothing(pool: PgPool) -> None:
+    stale = episode(9, importance=0.12, type_=MemoryType.EXCHANGE)
+    other_user = episode(0, user="v")
+    await seed(
+        pool, [*((episode(i), near_axis(i)) for i in range(5)), (stale, near_axis(200)), (other_user, near_axis(0))]
+    )
+    outbox = Outbox(pool)
+    sent = Sent(outbox)
+
+    counts = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u")
+    assert counts["patterns"] == 1
+    assert counts["compressed"] == 5
+    assert counts["pruned"] == 1
+    assert counts["users"] == 1
+    reads = MemoryReader(pool)
+    [pattern] = await reads.list_memories("t", "u", type_=MemoryType.PATTERN, status=None, limit=10, offset=0)
+    episodes = await reads.list_memories("t", "u", type_=MemoryType.EPISODE, status=None, limit=10, offset=0)
+    assert all(e.compressed and e.version == 2 and e.importance == pytest.approx(0.45) for e in episodes)
+    [pruned] = await reads.list_memories("t", "u", type_=None, status=MemoryStatus.PRUNED, limit=10, offset=0)
+    assert pruned.id == stale.id
+    # The other user was out of scope.
+    [untouched] = await reads.list_memories("t", "v", type_=None, status=None, limit=10, offset=0)
+    assert untouched.version == 1
+
+    by_id = {c.record.id: c for c in sent.changes}
+    assert by_id[pattern.id].op is ChangeOp.ADDED
+    assert by_id[pattern.id].vector is not None
+    assert len(by_id[pattern.id].vector or []) == 384
+    assert by_id[stale.id].op is ChangeOp.DELETED
+    assert by_id[stale.id].reason is not None
+    assert all(c.key == b"t:u" for c in sent.changes)
+    assert await outbox.stale(older_than_seconds=-60, limit=100) == []
+
+    sent.changes.clear()
+    again = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u")
+    assert sent.changes == []
+    assert set(again) == {"users"}
+
+
+async def test_changes_stay_in_the_outbox_when_publishing_fails(pool: PgPool) -> None:
+    await seed(pool, [(episode(1, importance=0.3), near_axis(1))])
+    outbox = Outbox(pool)
+
+    async def broker_down(_: Sequence[OutboxMessage]) -> None:
+        raise ConnectionError("broker down")
+
+    with pytest.raises(ConnectionError):
+        await run_pass(pool, outbox, RULES, NOW, broker_down)
+    [left] = await outbox.stale(older_than_seconds=-60, limit=100)
+    assert codec.loads(MemoryChange, left.value).record.importance == pytest.approx(0.25)
+
+
+async def test_idle_sessions_are_open_ones_whose_last_turn_is_old(pool: PgPool) -> None:
+    windows = WindowStore(pool)
+    turn = turn_event(0, "hello")
+    async with pool.transaction("t") as conn:
+        await windows.save_window(conn, "t", "u", "open", [turn], 1)
+        await windows.save_window(conn, "t", "u", "closed", [turn], 1, closed_at=turn.ts, end_event_id="end")
+        await windows.save_window(
+            conn, "t", "u", "fresh", [turn.model_copy(update={"ts": turn.ts + timedelta(hours=2)})], 1
+        )
+    found = await idle_sessions(pool, turn.ts + timedelta(hours=1))
+    assert [(s.session_id, s.last_turn_at) for s in found] == [("open", turn.ts)]
