@@ -59,6 +59,8 @@ class RecallRequest(BaseModel):
     types: list[MemoryType] | None = None
     # Episodes folded into a pattern stay out of recall unless asked for.
     include_compressed: bool = Field(default=False, strict=True)
+    # False for evaluations, dashboards and audits: looking at memory must not change it.
+    record_access: bool = Field(default=True, strict=True)
     # "memory_block": `<memory>` lines in rank order; "sections": USER PROFILE /
     # PRIOR CONTEXT / RECENT SESSIONS, packed layer by layer.
     format: Literal["memory_block", "sections"] = "memory_block"

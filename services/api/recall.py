@@ -109,7 +109,8 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     metrics.RECALL_TOKENS.observe(used)
     window = await working(rt, req.tenant_id, req.user_id, req.session_id) if req.session_id else None
     # Sent only once the answer is complete: a recall that fails marks nothing.
-    marks.mark(req.tenant_id, req.user_id, [c.id for c in chosen], now)
+    if req.record_access:
+        marks.mark(req.tenant_id, req.user_id, [c.id for c in chosen], now)
     prompt = prompt_sections(chosen) if sections else prompt_block(chosen)
     return RecallResponse(memories=[_recalled(c) for c in chosen], prompt=prompt, tokens_used=used, working=window)
 

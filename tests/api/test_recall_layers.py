@@ -153,3 +153,19 @@ def test_an_unreachable_broker_neither_fails_nor_slows_recall(api: LiveApi, seed
     assert time.perf_counter() - started < 10  # the producer's 5 s connect timeout never shows
     assert ACCESS_MARKS.labels(outcome="sent")._value.get() == sent  # nothing reached the silent broker
     assert "memstream_access_marks_total" in api.client.get("/metrics").text
+
+
+def test_a_recall_that_asks_not_to_record_access_marks_nothing(
+    api: LiveApi, seeded: tuple[str, dict[str, str]]
+) -> None:
+    """Evaluations and audits look at memory without changing it (the LoCoMo bench asks this way)."""
+    user, _ = seeded
+    marks = api.thread.server.config.app.state.access_marks
+    before = marks.pending
+    body = {"tenant_id": "t", "user_id": user, "query": "how does the user like coffee?", "record_access": False}
+    response = api.client.post("/v1/recall", json=body)
+    assert response.status_code == 200
+    assert response.json()["memories"]
+    assert marks.pending == before
+    assert recall(api, user)["memories"]
+    assert marks.pending == before + 1  # the default still marks (queued: the test broker never answers)

@@ -141,6 +141,8 @@ async def ask_all(base_url: str, samples: list[dict[str, Any]], users: dict[str,
                     "query": qa["question"],
                     "top_k": 50,
                     "token_budget": 64_000,  # the API maximum: rank decides, not the budget
+                    # Questions are independent probes: one must not boost what the next one finds.
+                    "record_access": False,
                 }
                 response = await client.post("/v1/recall", json=body)
                 response.raise_for_status()

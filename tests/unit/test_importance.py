@@ -75,6 +75,9 @@ def test_importance_weights_novelty_and_salience() -> None:
 def test_facts_and_preferences_are_kept_whatever_their_importance() -> None:
     assert kept(MemoryType.FACT, 0.0, 0.3, THRESHOLD_SCOPE)
     assert kept(MemoryType.PREFERENCE, 0.0, 0.3, THRESHOLD_SCOPE)
-    assert not kept(MemoryType.EPISODE, 0.29, 0.3, THRESHOLD_SCOPE)
-    assert kept(MemoryType.EPISODE, 0.3, 0.3, THRESHOLD_SCOPE)
-    assert kept(MemoryType.EXCHANGE, 0.0, 0.3, frozenset({MemoryType.EPISODE}))
+    assert not kept(MemoryType.SEMANTIC, 0.29, 0.3, THRESHOLD_SCOPE)
+    assert kept(MemoryType.PATTERN, 0.3, 0.3, THRESHOLD_SCOPE)
+    assert not kept(MemoryType.EPISODE, 0.29, 0.3, frozenset({MemoryType.EPISODE}))
+    # Exchanges and episodes are outside the default scope: recall and turn coverage need them.
+    assert kept(MemoryType.EXCHANGE, 0.0, 0.3, THRESHOLD_SCOPE)
+    assert kept(MemoryType.EPISODE, 0.0, 0.3, THRESHOLD_SCOPE)
