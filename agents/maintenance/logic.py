@@ -379,8 +379,9 @@ def _effects(plan: Plan) -> list[Effect]:
             op = ChangeOp.SUPERSEDED
         else:
             op = ChangeOp.UPDATED
-        # Only active, uncompressed memories stay in the index: no vector means the sink removes the point.
-        indexed = record.status is MemoryStatus.ACTIVE and not record.compressed
+        # Active memories stay in the index (no vector means the sink removes the point). Compressed
+        # episodes stay too, flagged in the payload: default recall skips them, `include_compressed` finds them.
+        indexed = record.status is MemoryStatus.ACTIVE
         effects.append(
             Effect(record, op, "; ".join(plan.reasons[record_id]), plan.vectors.get(record_id) if indexed else None)
         )

@@ -132,6 +132,18 @@ async def test_maintenance_decays_prunes_compresses_and_synthesizes_once(stack: 
     assert snapshot(stack, user) == first
     assert again.strip().endswith(": users=1"), again  # no effect counted
 
+    # Compressed episodes stay indexed, flagged: only `include_compressed` brings them back.
+    # (`record_access: false`, so looking changes nothing before the passes below.)
+    def with_compressed() -> dict[str, Any] | None:
+        result = stack.recall(
+            TENANT, user, "marathon training long run", top_k=50, include_compressed=True, record_access=False
+        )
+        return result if any(m["id"] in members for m in result["memories"]) else None
+
+    wait_for(with_compressed, 60, "compressed episodes recalled with include_compressed", interval=0.5)
+    plain = stack.recall(TENANT, user, "marathon training long run", top_k=50, record_access=False)
+    assert not [m for m in plain["memories"] if m["id"] in members]
+
     # Six more passes, 6 h apart: everything from a year ago fades by 0.05 a pass and is
     # pruned once under 0.1; the new pattern and semantic memories are not a week old.
     for k in range(1, 7):

@@ -220,3 +220,15 @@ async def test_stale_window_rows_from_before_digests_count_as_duplicates(pool: P
         await windows.archive_turn(conn, old)
         await conn.execute("UPDATE turns SET content_hash = NULL")
         assert await windows.archive_turn(conn, old.model_copy(update={"content": "other"})) is Archived.DUPLICATE
+
+
+async def test_a_write_from_an_older_read_never_takes_access_marks_back(pool: PgPool) -> None:
+    """Access marks commit on their own; the consolidator may write a row it read before a mark."""
+    writer, reader = MemoryWriter(), MemoryReader(pool)
+    seen = memory("marked memory").model_copy(update={"access_count": 3, "last_accessed_at": NOW})
+    async with pool.transaction("t") as conn:
+        await writer.upsert(conn, seen, [1.0, 0.0, 0.0])
+        stale = seen.model_copy(update={"access_count": 1, "last_accessed_at": None, "importance": 0.9})
+        await writer.upsert(conn, stale, None)
+    (row,) = await reader.list_memories("t", "u", type_=None, status=None, limit=5, offset=0)
+    assert (row.access_count, row.last_accessed_at, row.importance) == (3, NOW, pytest.approx(0.9))

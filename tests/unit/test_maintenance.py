@@ -189,7 +189,7 @@ def test_a_pass_compresses_similar_episodes_into_a_pattern_and_synthesizes_topic
     for episode in episodes:
         effect = by_id[episode.id]
         assert effect.record.compressed
-        assert effect.vector is None  # leaves the index, so default recall
+        assert effect.vector is not None  # stays indexed, flagged: recall skips it unless include_compressed
         assert effect.record.version == 2
 
 

@@ -186,8 +186,11 @@ class MemoryWriter:
                   confidence = EXCLUDED.confidence, status = EXCLUDED.status, updated_at = EXCLUDED.updated_at,
                   superseded_at = EXCLUDED.superseded_at, superseded_by = EXCLUDED.superseded_by,
                   provenance = EXCLUDED.provenance, entities = EXCLUDED.entities,
-                  access_count = EXCLUDED.access_count, reinforcement_count = EXCLUDED.reinforcement_count,
-                  version = EXCLUDED.version, last_accessed_at = EXCLUDED.last_accessed_at,
+                  -- access marks commit on their own: a write from an older read never takes them back
+                  access_count = GREATEST(memories.access_count, EXCLUDED.access_count),
+                  reinforcement_count = EXCLUDED.reinforcement_count,
+                  version = EXCLUDED.version,
+                  last_accessed_at = GREATEST(memories.last_accessed_at, EXCLUDED.last_accessed_at),
                   compressed = EXCLUDED.compressed, question = EXCLUDED.question,
                   embedding = COALESCE(EXCLUDED.embedding, memories.embedding)
                 WHERE memories.tenant_id = EXCLUDED.tenant_id AND memories.user_id = EXCLUDED.user_id
