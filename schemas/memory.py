@@ -126,6 +126,7 @@ class MemoryCandidate(_Keyed):
     entities: list[str] = Field(default_factory=list)
     source: Provenance
     extractor: str
+    question: Question | None = None  # set on `question` candidates
 
 
 class EmbeddedCandidate(_Keyed):

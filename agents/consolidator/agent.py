@@ -11,6 +11,7 @@ import faust
 
 from agents.consolidator.apply import BatchContext, apply_candidate
 from agents.consolidator.decide import Action
+from agents.consolidator.questions import resolve_questions
 from agents.dlq import DeadLetters
 from agents.stage import batched_agent, forward
 from agents.topics import Topics
@@ -34,6 +35,7 @@ async def consolidate(rt: Runtime, batch: list[EmbeddedCandidate]) -> list[Memor
             decision, produced = await apply_candidate(rt.memories, conn, item, now, ctx, position)
             kinds.append(decision.action.value)
             changes.extend(produced)
+        changes.extend(await resolve_questions(rt.memories, conn, batch, now))
     committed = datetime.now(UTC)
     for kind in kinds:
         metrics.DECISIONS.labels(kind=kind).inc()

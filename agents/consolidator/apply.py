@@ -62,6 +62,7 @@ def new_record(item: EmbeddedCandidate, record_id: str, now: datetime) -> Memory
         updated_at=now,
         source=c.source,
         entities=c.entities,
+        question=c.question,
     )
 
 

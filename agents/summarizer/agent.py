@@ -15,6 +15,7 @@ from typing import Any
 import faust
 
 from agents.dlq import DeadLetters
+from agents.questions import question_candidates
 from agents.stage import deliver, forward, parse_or_dlq, span
 from agents.summarizer.candidates import EXTRACTOR, LLM_EXTRACTOR, candidate_for, llm_episode
 from agents.summarizer.extractive import summarize
@@ -55,8 +56,8 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     async def summarize_chunks(items: list[tuple[Any, EvictedChunk]]) -> None:
         for event, chunk in items:
             candidate = await episode_for(event, chunk)
-            if candidate is not None:
-                await forward(topics.candidates, STAGE, [candidate])
+            episode = [] if candidate is None else [candidate]
+            await forward(topics.candidates, STAGE, episode + question_candidates(chunk))
 
     async def summarizer(stream: Any) -> None:
         async for event in stream.events():

@@ -8,25 +8,13 @@ original order so the summary still reads as the conversation went.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
 from agents.rules.extract import entities, sentences
 from schemas import Role, TurnEvent
-
-_WORD = re.compile(r"[a-zA-Z][a-zA-Z'-]+")
-STOPWORDS = frozenset(
-    """a about above after again all also am an and any are as at be because been before being below between both but by
-    can could did do does doing don't down during each few for from further had has have having he her here hers herself him
-    himself his how i i'm i've if in into is it it's its itself just let's like me more most my myself no nor not now of off
-    on once only or other our ours ourselves out over own really same she should so some such than that that's the their
-    theirs them themselves then there these they this those through to too under until up very was we we're were what when
-    where which while who whom why will with would yeah yes you you're your yours yourself oh ok okay well thanks thank hey
-    hi got get gonna know think sure great good lot much many one things thing going way""".split()
-)
-MAX_SENTENCE_TOKENS = 40
+from services.textutil import content_words
 
 
 @dataclass(frozen=True)
@@ -39,8 +27,7 @@ class Episode:
     ended_at: datetime
 
 
-def content_words(text: str) -> list[str]:
-    return [w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS]
+MAX_SENTENCE_TOKENS = 40
 
 
 def _shorten(sentence: str) -> str:

@@ -83,6 +83,8 @@ class RecalledMemory(BaseModel):
     layer: MemoryLayer
     access_count: int
     last_accessed_at: datetime | None
+    # "open_question": a question the user asked earlier that is still open and this recall touches.
+    surfaced: str | None = None
 
 
 class WorkingTurn(BaseModel):

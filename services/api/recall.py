@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+from agents.questions import touches
 from schemas import MemoryRecord, MemoryType
 from services import metrics
 from services.api.access import AccessMarks
@@ -14,6 +15,8 @@ from services.api.ranking import Candidate, Weights, pack, pack_sections, prompt
 from services.runtime import Runtime
 from services.stores.vector import Hit, Scope
 
+SURFACED = "open_question"
+MAX_SURFACED = 2
 PROFILE_TYPES = (MemoryType.FACT, MemoryType.PREFERENCE)
 
 
@@ -112,12 +115,39 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     if req.record_access:
         marks.mark(req.tenant_id, req.user_id, [c.id for c in chosen], now)
     prompt = prompt_sections(chosen) if sections else prompt_block(chosen)
-    return RecallResponse(memories=[_recalled(c) for c in chosen], prompt=prompt, tokens_used=used, working=window)
+    open_ids, extra = await _open_questions(rt, req, chosen)
+    memories = [_recalled(c, surfaced=c.id in open_ids) for c in chosen]
+    memories += [_recalled(_from_record(q, 0.0), surfaced=True) for q in extra]
+    if open_ids & {m.id for m in memories}:
+        prompt += "\n" + framing([m.text for m in memories if m.surfaced])
+    return RecallResponse(memories=memories, prompt=prompt, tokens_used=used, working=window)
 
 
-def _recalled(c: Candidate) -> RecalledMemory:
+async def _open_questions(
+    rt: Runtime, req: RecallRequest, chosen: list[Candidate]
+) -> tuple[set[str], list[MemoryRecord]]:
+    """Open questions the query or the rest of the answer touch: those in the answer, and up to MAX_SURFACED more."""
+    if req.types and MemoryType.QUESTION not in req.types:
+        return set(), []
+    questions = await rt.reads.open_questions(req.tenant_id, req.user_id, limit=50)
+    chosen_ids = {c.id for c in chosen}
+    touched = [q for q in questions if touches(q, req.query, [c.entities for c in chosen if c.id != q.id])]
+    extra = [q for q in touched if q.id not in chosen_ids]
+    return {q.id for q in touched}, extra[:MAX_SURFACED]
+
+
+def framing(questions: list[str]) -> str:
+    """The prompt's note on surfaced questions, so the assistant may follow up instead of ignoring them."""
+    lines = [f"[OPEN QUESTION] {q}" for q in questions]
+    return "\n".join(
+        ["<open_questions>", "The user asked these earlier and they are not yet resolved:", *lines, "</open_questions>"]
+    )
+
+
+def _recalled(c: Candidate, *, surfaced: bool = False) -> RecalledMemory:
     src: dict[str, Any] = c.source
     return RecalledMemory(
+        surfaced=SURFACED if surfaced else None,
         id=c.id,
         type=c.type,
         text=c.text,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -11,22 +11,13 @@ import pytest
 from agents.maintenance.logic import Rules
 from agents.maintenance.run import run_pass
 from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance, codec
-from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, OutboxMessage, PgPool, WindowStore, migrate
+from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, OutboxMessage, PgPool, WindowStore
 from services.stores.postgres.maintenance import idle_sessions
 from services.textutil import stable_id
 from tests.factories import turn_event
 
 NOW = datetime(2027, 1, 1, tzinfo=UTC)
 RULES = Rules(0.05, timedelta(days=7), 0.1, timedelta(days=30), 5, timedelta(days=90))
-
-
-@pytest.fixture
-async def pool(pg_dsn: str) -> AsyncIterator[PgPool]:
-    await migrate(pg_dsn)
-    pool = PgPool(pg_dsn, 2)
-    await pool.open()
-    yield pool
-    await pool.close()
 
 
 def episode(i: int, user: str = "u", importance: float = 0.5, type_: MemoryType = MemoryType.EPISODE) -> MemoryRecord:

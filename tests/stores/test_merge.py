@@ -1,26 +1,16 @@
 """The consolidator's batch lookups for merge and importance, on a real Postgres with pgvector."""
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
-from services.stores.postgres import MemoryWriter, PgPool, migrate
+from services.stores.postgres import MemoryWriter, PgPool
 from services.stores.postgres.memory_writes import Probe
 from services.textutil import stable_id
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-async def pool(pg_dsn: str) -> AsyncIterator[PgPool]:
-    await migrate(pg_dsn)
-    pool = PgPool(pg_dsn, 2)
-    await pool.open()
-    yield pool
-    await pool.close()
 
 
 def unit(*head: float, dim: int = 384) -> list[float]:

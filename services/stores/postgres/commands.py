@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from schemas import MemoryRecord
 from services.stores.postgres.pool import Conn
-from services.stores.postgres.records import RECORD_COLUMNS, record_from_row
+from services.stores.postgres.records import RECORD_COLUMNS, record_from_row, vector_floats
 
 # Qualified, because the UPDATE below joins a set of rows that also has an id.
 _RETURNED = ", ".join(f"m.{column.strip()}" for column in RECORD_COLUMNS.split(","))
@@ -78,12 +77,4 @@ class CommandStore:
             ),
         )
         rows = await cur.fetchall()
-        return [(record_from_row(r), _floats(r["embedding"])) for r in rows]
-
-
-def _floats(embedding: Any) -> list[float] | None:
-    """pgvector hands back a Vector (a numpy array in older versions); changes carry plain floats."""
-    if embedding is None:
-        return None
-    values = embedding.to_list() if hasattr(embedding, "to_list") else embedding
-    return [float(x) for x in values]
+        return [(record_from_row(r), vector_floats(r["embedding"])) for r in rows]

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from schemas import MemoryRecord
 from services.stores.postgres.pool import Conn, PgPool
-from services.stores.postgres.records import RECORD_COLUMNS, record_from_row
+from services.stores.postgres.records import RECORD_COLUMNS, record_from_row, vector_floats
 
 
 @dataclass(frozen=True)
@@ -28,14 +27,6 @@ class IdleSession:
     user_id: str
     session_id: str
     last_turn_at: datetime
-
-
-def _floats(embedding: Any) -> list[float] | None:
-    """pgvector hands back a Vector (a numpy array on older versions); changes carry plain floats."""
-    if embedding is None:
-        return None
-    values = embedding.to_list() if hasattr(embedding, "to_list") else embedding
-    return [float(x) for x in values]
 
 
 async def users_with_active_memories(pool: PgPool, tenant_id: str | None, user_id: str | None) -> list[tuple[str, str]]:
@@ -59,7 +50,7 @@ async def load_user(conn: Conn, tenant_id: str, user_id: str) -> UserRows:
     )
     rows = await cur.fetchall()
     records = [record_from_row(r) for r in rows]
-    vectors = {r["id"]: _floats(r["embedding"]) for r in rows}
+    vectors = {r["id"]: vector_floats(r["embedding"]) for r in rows}
     cur = await conn.execute(
         "SELECT id FROM memories WHERE tenant_id = %s AND user_id = %s AND type IN ('pattern', 'semantic')",
         (tenant_id, user_id),

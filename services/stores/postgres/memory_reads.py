@@ -91,3 +91,15 @@ class MemoryReader:
         async with self._pool.connection("counts") as conn:
             cur = await conn.execute("SELECT type, status, count(*) AS n FROM memories GROUP BY type, status")
             return [(r["type"], r["status"], int(r["n"])) for r in await cur.fetchall()]
+
+    async def open_questions(self, tenant_id: str, user_id: str, limit: int) -> list[MemoryRecord]:
+        """The user's questions still open, newest first: recall surfaces those the conversation touches."""
+        async with self._pool.connection("open_questions") as conn:
+            cur = await conn.execute(
+                f"""SELECT {_RECORD_COLUMNS} FROM memories
+                    WHERE tenant_id = %s AND user_id = %s AND type = 'question' AND status = 'active'
+                      AND question->>'state' = 'open'
+                    ORDER BY observed_at DESC, id LIMIT %s""",
+                (tenant_id, user_id, limit),
+            )
+            return [record_from_row(r) for r in await cur.fetchall()]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 from psycopg.types.json import Jsonb
@@ -13,7 +12,7 @@ from schemas import MemoryRecord, MemoryType
 from services.errors import StoreRejected
 from services.stores.postgres.pool import Conn
 from services.stores.postgres.records import RECORD_COLUMNS as _RECORD_COLUMNS
-from services.stores.postgres.records import record_from_row
+from services.stores.postgres.records import record_from_row, vector_floats
 
 # The types a merge may touch; migration 004's partial index repeats this list.
 MERGE_TYPES_SQL = "('fact', 'preference', 'semantic', 'pattern')"
@@ -37,10 +36,10 @@ class Nearby:
 
 
 def _floats(value: object) -> list[float]:
-    """A pgvector value (Vector, ndarray or list, depending on registration) as floats."""
-    to_list = getattr(value, "to_list", None)
-    items = to_list() if callable(to_list) else cast("Sequence[float]", value)
-    return [float(x) for x in items]
+    floats = vector_floats(value)
+    if floats is None:
+        raise ValueError("a neighbour row without an embedding")
+    return floats
 
 
 def _vector_literal(vector: Sequence[float]) -> str:
@@ -228,3 +227,18 @@ class MemoryWriter:
         if await cur.fetchone() is None:
             # The id exists under another tenant or user: never touch their row.
             raise StoreRejected(f"memory {record.id} belongs to another tenant or user")
+
+    async def open_questions(
+        self, conn: Conn, scopes: Sequence[tuple[str, str]]
+    ) -> list[tuple[MemoryRecord, list[float] | None]]:
+        """Active open `question` memories of these users, with their vectors, locked for the batch."""
+        if not scopes:
+            return []
+        cur = await conn.execute(
+            f"""SELECT {_RECORD_COLUMNS}, embedding FROM memories
+                WHERE (tenant_id, user_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))
+                  AND type = 'question' AND status = 'active' AND question->>'state' = 'open'
+                ORDER BY observed_at, id FOR UPDATE""",
+            ([t for t, _ in scopes], [u for _, u in scopes]),
+        )
+        return [(record_from_row(r), vector_floats(r["embedding"])) for r in await cur.fetchall()]

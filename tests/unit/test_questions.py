@@ -1,0 +1,82 @@
+"""Open questions: found at eviction when unresolved, tentatively answered later, surfaced when touched."""
+
+from datetime import timedelta
+
+from agents.questions import answers, question_candidates, touches, unresolved
+from schemas import EvictedChunk, MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, TurnEvent
+from schemas.memory import Question, QuestionState
+from services.textutil import content_hash
+from tests.factories import turn_event
+
+
+def chunk(turns: list[TurnEvent], reason: str = "session_end") -> EvictedChunk:
+    return EvictedChunk(tenant_id="t", user_id="u", session_id="s", reason=reason, turns=turns, cause=["c"])
+
+
+ASKED = turn_event(0, "Which visa do I need for the Japan conference trip?")
+UNSURE = turn_event(1, "I'm not sure, it depends on your passport.")
+ANSWERED = turn_event(1, "You need a short-term business visa for Japan.")
+
+
+def test_a_question_the_assistant_could_not_answer_is_open() -> None:
+    (found,) = question_candidates(chunk([ASKED, UNSURE], reason="trimmed"))
+    assert found.type is MemoryType.QUESTION
+    assert found.text == "Which visa do I need for the Japan conference trip?"
+    assert found.question is not None
+    assert found.question.state is QuestionState.OPEN
+    assert {"visa", "japan", "conference"} <= set(found.question.related)
+    assert found.source.event_ids == [ASKED.event_id]
+
+
+def test_an_answered_question_or_a_statement_is_not_open() -> None:
+    assert unresolved([ASKED, ANSWERED], session_ended=True) == []
+    assert unresolved([turn_event(0, "I booked the Japan trip.")], session_ended=True) == []
+
+
+def test_an_unreplied_question_is_open_only_when_the_session_ended() -> None:
+    """In a trimmed chunk the reply may still sit in the working window."""
+    assert unresolved([ASKED], session_ended=False) == []
+    assert [q for _, q in unresolved([ASKED], session_ended=True)] == [ASKED.content]
+
+
+def question_record(state: QuestionState = QuestionState.OPEN) -> MemoryRecord:
+    (c,) = question_candidates(chunk([ASKED]))
+    return MemoryRecord(
+        id=c.candidate_id,
+        tenant_id="t",
+        user_id="u",
+        type=MemoryType.QUESTION,
+        text=c.text,
+        content_hash=content_hash(c.text),
+        importance=0.5,
+        confidence=0.6,
+        status=MemoryStatus.ACTIVE,
+        observed_at=c.observed_at,
+        created_at=c.observed_at,
+        updated_at=c.observed_at,
+        source=c.source,
+        question=Question(state=state, related=c.question.related if c.question else []),
+    )
+
+
+def statement(text: str, later: timedelta = timedelta(days=2)) -> MemoryCandidate:
+    from agents.rules.candidates import candidates_for_turn
+
+    turn = turn_event(0, text, start=ASKED.ts + later)
+    return next(c for c in candidates_for_turn(turn) if c.type is MemoryType.EXCHANGE)
+
+
+def test_a_later_statement_sharing_the_terms_tentatively_answers_it() -> None:
+    q = question_record()
+    assert answers(q, statement("Turns out the Japan conference visa is a short business visa."))
+    assert not answers(q, statement("I had pasta for dinner."))
+    assert not answers(q, statement("Do I need a Japan conference visa?"))  # another question
+    assert not answers(q, statement("Japan conference visa sorted.", later=-timedelta(days=1)))
+    assert not answers(question_record(QuestionState.TENTATIVELY_RESOLVED), statement("Japan visa done."))
+
+
+def test_a_recall_touches_a_question_through_its_query_or_what_it_returned() -> None:
+    q = question_record()
+    assert touches(q, "what about the Japan conference?", [])
+    assert touches(q, "travel plans", [["Japan"]])
+    assert not touches(q, "favourite pasta recipe", [["Rome"]])
