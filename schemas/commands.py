@@ -16,6 +16,10 @@ from schemas.memory import MemoryId
 from schemas.validation import Identifier
 
 SCHEMA_VERSION: Literal[1] = 1
+# `MemoryChange.reason` of a change that only records access. The recall index
+# does not follow those: recall reads access from Postgres, so reads never
+# cost index writes.
+ACCESS_REASON = "access"
 
 
 class AccessCommand(BaseModel):

@@ -20,7 +20,7 @@ from agents.dlq import DeadLetters
 from agents.stage import batched_agent, forward
 from agents.topics import Topics
 from schemas import ChangeOp, MemoryChange
-from schemas.commands import AccessCommand
+from schemas.commands import ACCESS_REASON, AccessCommand
 from services.runtime import Runtime
 from services.stores.postgres.commands import Access, CommandStore
 
@@ -68,6 +68,7 @@ async def apply_commands(rt: Runtime, batch: list[AccessCommand]) -> list[Memory
                     vector=vector,
                     cause=causes,
                     committed_at=now,
+                    reason=ACCESS_REASON,
                 )
                 for record, vector in marked
             )

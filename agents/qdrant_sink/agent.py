@@ -15,6 +15,7 @@ from agents.dlq import DeadLetters
 from agents.stage import batched_agent
 from agents.topics import Topics
 from schemas import MemoryChange, MemoryRecord, MemoryStatus
+from schemas.commands import ACCESS_REASON
 from services import metrics
 from services.faults import crash_point
 from services.runtime import Runtime
@@ -51,7 +52,8 @@ def plan(changes: list[MemoryChange], sparse: Any) -> tuple[list[IndexedMemory],
     """Collapse a batch into upserts and deletes, last change per record winning."""
     latest: dict[str, MemoryChange] = {}
     for change in changes:
-        latest[change.record.id] = change
+        if change.reason != ACCESS_REASON:
+            latest[change.record.id] = change
     upserts: list[IndexedMemory] = []
     deletes: list[str] = []
     for record_id, change in latest.items():

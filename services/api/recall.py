@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,6 +63,11 @@ def _wanted(compressed: bool, req: RecallRequest) -> bool:
     return req.include_compressed or not compressed
 
 
+def _with_access(candidate: Candidate, count: int, last: datetime | None) -> Candidate:
+    """Access signals from Postgres, current to the last mark (the index payload may be older)."""
+    return replace(candidate, access_count=count, last_accessed_at=last)
+
+
 def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest) -> list[Candidate]:
     """The profile section: facts, then preferences, each by closeness to the query.
 
@@ -99,11 +105,11 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     )
     # The index follows Postgres through memory.changes; drop what Postgres no
     # longer holds as active (e.g. a fact superseded a moment ago).
-    live = await rt.reads.active_ids(req.tenant_id, req.user_id, [h.id for h in hits])
+    live = await rt.reads.active_access(req.tenant_id, req.user_id, [h.id for h in hits])
     hits = [h for h in hits if h.id in live and _wanted(bool(h.payload.get("compressed", False)), req)]
     best = max((h.score for h in hits), default=0.0)
     profile = _profile(scored, req)
-    candidates = profile + [_from_hit(h, best) for h in hits]
+    candidates = profile + [_with_access(_from_hit(h, best), *live[h.id]) for h in hits]
     now = datetime.now(UTC)
     ranked = rank(candidates, req.query, now, weights)
     sections = req.format == "sections"

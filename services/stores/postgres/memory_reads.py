@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 import numpy as np
 
@@ -41,14 +42,25 @@ class MemoryReader:
 
     async def active_ids(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> set[str]:
         """Which of these ids Postgres still holds as active (the index may lag behind)."""
+        return set(await self.active_access(tenant_id, user_id, ids))
+
+    async def active_access(
+        self, tenant_id: str, user_id: str, ids: Sequence[str]
+    ) -> dict[str, tuple[int, datetime | None]]:
+        """For the ids Postgres still holds as active: access count and last access.
+
+        Access lives here, not in the index: a recall marks what it returned,
+        and re-indexing those points on every recall would make reads cost writes.
+        """
         if not ids:
-            return set()
+            return {}
         async with self._pool.connection("active_ids") as conn:
             cur = await conn.execute(
-                "SELECT id FROM memories WHERE tenant_id = %s AND user_id = %s AND id = ANY(%s) AND status = 'active'",
+                """SELECT id, access_count, last_accessed_at FROM memories
+                   WHERE tenant_id = %s AND user_id = %s AND id = ANY(%s) AND status = 'active'""",
                 (tenant_id, user_id, list(ids)),
             )
-            return {r["id"] for r in await cur.fetchall()}
+            return {r["id"]: (int(r["access_count"]), r["last_accessed_at"]) for r in await cur.fetchall()}
 
     async def list_memories(
         self,
