@@ -15,6 +15,7 @@ from agents.dlq import DeadLetters
 from agents.ingest import describe
 from schemas import codec
 from services import metrics
+from services.config import Settings
 from services.errors import InvalidEvent, StoreRejected, StoreUnavailable
 
 M = TypeVar("M", bound=BaseModel)
@@ -111,17 +112,19 @@ async def deliver(
 def batched_agent(
     app: Any,
     source: Any,
-    dlq: DeadLetters,
+    dlq_topic: Any,
+    settings: Settings,
     *,
     stage: str,
     model: type[M],
     size: int,
     within: float,
     handle: Callable[[list[M]], Awaitable[None]],
-    max_delay: float = 30.0,
 ) -> None:
     """Register an agent that parses batches of `model` and hands valid ones to `handle`."""
     metrics.DLQ.labels(stage=stage, reason="schema_violation")
+    dlq = DeadLetters(dlq_topic, settings.max_message_bytes)
+    max_delay = settings.retry_max_backoff
 
     async def run(stream: Any) -> None:
         async for events in stream.take_events(size, within=within):

@@ -12,7 +12,6 @@ import faust
 from agents.consolidator.apply import BatchContext, apply_candidate
 from agents.consolidator.decide import Action
 from agents.consolidator.questions import resolve_questions
-from agents.dlq import DeadLetters
 from agents.stage import batched_agent, forward
 from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryChange
@@ -57,11 +56,11 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     batched_agent(
         app,
         topics.embedded,
-        DeadLetters(topics.dlq, s.max_message_bytes),
+        topics.dlq,
+        s,
         stage=STAGE,
         model=EmbeddedCandidate,
         size=s.consolidate_batch_size,
         within=s.consolidate_batch_within,
         handle=handle,
-        max_delay=s.retry_max_backoff,
     )

@@ -187,6 +187,22 @@ def _change(
     )
 
 
+def _merged_fields(existing: MemoryRecord, incoming: MemoryRecord, *, incoming_first: bool) -> dict[str, Any]:
+    """What a merge winner takes from both sides; the winner's own source and entities come first."""
+    first, second = (incoming, existing) if incoming_first else (existing, incoming)
+    return {
+        "importance": merged_importance(existing.importance, incoming.importance),
+        "confidence": max(existing.confidence, incoming.confidence),
+        "source": union_source(
+            first.source,
+            second.source,
+            metadata=recent_metadata([*existing.source.metadata, *incoming.source.metadata]),
+        ),
+        "entities": union_entities(first.entities, second.entities),
+        "reinforcement_count": existing.reinforcement_count + 1,
+    }
+
+
 def merge_records(item: EmbeddedCandidate, decision: Decision, now: datetime) -> tuple[MemoryRecord, MemoryRecord]:
     """(winner, loser) of a merge: one active record with the more specific text, the other `merged` into it.
 
@@ -200,17 +216,10 @@ def merge_records(item: EmbeddedCandidate, decision: Decision, now: datetime) ->
         raise AssertionError("merge without a target")
     c = item.candidate
     fresh = new_record(item, decision.record_id, now)
-    boosted = merged_importance(target.importance, c.importance)
     if decision.candidate_wins:
         winner = fresh.model_copy(
             update={
-                "importance": boosted,
-                "confidence": max(target.confidence, c.confidence),
-                "source": union_source(
-                    c.source, target.source, metadata=recent_metadata([*target.source.metadata, *c.source.metadata])
-                ),
-                "entities": union_entities(c.entities, target.entities),
-                "reinforcement_count": target.reinforcement_count + 1,
+                **_merged_fields(target, fresh, incoming_first=True),
                 "access_count": target.access_count,
                 "last_accessed_at": target.last_accessed_at,
             }
@@ -226,17 +235,7 @@ def merge_records(item: EmbeddedCandidate, decision: Decision, now: datetime) ->
         )
         return winner, loser
     winner = target.model_copy(
-        update={
-            "importance": boosted,
-            "confidence": max(target.confidence, c.confidence),
-            "source": union_source(
-                target.source, c.source, metadata=recent_metadata([*target.source.metadata, *c.source.metadata])
-            ),
-            "entities": union_entities(target.entities, c.entities),
-            "reinforcement_count": target.reinforcement_count + 1,
-            "updated_at": now,
-            "version": target.version + 1,
-        }
+        update={**_merged_fields(target, fresh, incoming_first=False), "updated_at": now, "version": target.version + 1}
     )
     loser = fresh.model_copy(
         update={"status": MemoryStatus.MERGED, "superseded_at": c.observed_at, "superseded_by": winner.id}

@@ -16,7 +16,6 @@ from types import ModuleType
 
 import faust
 
-from agents.dlq import DeadLetters
 from agents.stage import batched_agent, forward
 from agents.topics import Topics
 from schemas import ChangeOp, MemoryChange
@@ -84,13 +83,13 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     batched_agent(
         app,
         topics.commands,
-        DeadLetters(topics.dlq, s.max_message_bytes),
+        topics.dlq,
+        s,
         stage=STAGE,
         model=AccessCommand,
         size=s.consolidate_batch_size,
         within=s.consolidate_batch_within,
         handle=handle,
-        max_delay=s.retry_max_backoff,
     )
 
 

@@ -6,7 +6,6 @@ import asyncio
 
 import faust
 
-from agents.dlq import DeadLetters
 from agents.stage import batched_agent, forward
 from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryCandidate
@@ -32,11 +31,11 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     batched_agent(
         app,
         topics.candidates,
-        DeadLetters(topics.dlq, s.max_message_bytes),
+        topics.dlq,
+        s,
         stage=STAGE,
         model=MemoryCandidate,
         size=s.embed_batch_size,
         within=s.embed_batch_within,
         handle=handle,
-        max_delay=s.retry_max_backoff,
     )

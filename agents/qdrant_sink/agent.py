@@ -11,7 +11,6 @@ from typing import Any
 
 import faust
 
-from agents.dlq import DeadLetters
 from agents.stage import batched_agent
 from agents.topics import Topics
 from schemas import MemoryChange, MemoryRecord, MemoryStatus
@@ -87,11 +86,11 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     batched_agent(
         app,
         topics.changes,
-        DeadLetters(topics.dlq, s.max_message_bytes),
+        topics.dlq,
+        s,
         stage=STAGE,
         model=MemoryChange,
         size=s.consolidate_batch_size,
         within=s.consolidate_batch_within,
         handle=handle,
-        max_delay=s.retry_max_backoff,
     )
