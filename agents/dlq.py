@@ -45,21 +45,40 @@ class DeadLetters:
 
     async def send(self, event: Any, *, stage: str, reason: str, error: str) -> None:
         message = event.message
-        value, value_headers = _fit(event.value, self._value_limit)
-        key, _ = _fit(event.key, _MAX_KEY_BYTES)
+        source = {
+            "x-memstream-source-topic": str(message.topic).encode(),
+            "x-memstream-source-partition": str(message.partition).encode(),
+            "x-memstream-source-offset": str(message.offset).encode(),
+        }
+        where = f"{message.partition}/{message.offset}"
+        await self._send(event.key, event.value, source, stage=stage, reason=reason, error=error, where=where)
+
+    async def send_value(self, key: bytes | None, value: bytes, *, stage: str, reason: str, error: str) -> None:
+        """Dead-letter one item of a batch by its own bytes (a batch handler has no event per item)."""
+        await self._send(key, value, {}, stage=stage, reason=reason, error=error, where="batch item")
+
+    async def _send(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        source: dict[str, bytes],
+        *,
+        stage: str,
+        reason: str,
+        error: str,
+        where: str,
+    ) -> None:
+        value, value_headers = _fit(value, self._value_limit)
+        key, _ = _fit(key, _MAX_KEY_BYTES)
         headers = {
             REASON_HEADER: reason.encode(),
             "x-memstream-error": error[:_ERROR_CHARS].encode("utf-8", "replace"),
             "x-memstream-stage": stage.encode(),
-            "x-memstream-source-topic": str(message.topic).encode(),
-            "x-memstream-source-partition": str(message.partition).encode(),
-            "x-memstream-source-offset": str(message.offset).encode(),
+            **source,
             **value_headers,
         }
         delivered = await self.topic.send(key=key, value=value, headers=headers)
         if delivered is not None:
             await delivered  # the broker has it before the source offset may be committed
         metrics.DLQ.labels(stage=stage, reason=reason).inc()
-        log.warning(
-            "dlq stage=%s reason=%s offset=%s/%s: %s", stage, reason, message.partition, message.offset, error[:200]
-        )
+        log.warning("dlq stage=%s reason=%s at %s: %s", stage, reason, where, error[:200])

@@ -5,7 +5,9 @@ session end, one that got no reply at all. (A question in a trimmed chunk
 without a reply may still be answered by the turns the window kept.) A
 later user statement that shares enough of the question's terms is taken
 as a tentative answer: memstream cannot know it is right, so it says
-"tentatively".
+"tentatively". Maintenance defers a question recall has surfaced often or
+that has stayed open long (agents.maintenance.logic.defer): recall stops
+surfacing it, but a later answer still resolves it.
 """
 
 from __future__ import annotations
@@ -71,9 +73,12 @@ def shared_terms(question: MemoryRecord, words: Iterable[str]) -> set[str]:
     return related & {w.lower() for w in words}
 
 
+AWAITING_ANSWER = frozenset({QuestionState.OPEN, QuestionState.DEFERRED})
+
+
 def answers(question: MemoryRecord, statement: MemoryCandidate) -> bool:
-    """Whether a later user statement (not itself a question) plausibly answers `question`."""
-    if question.question is None or question.question.state is not QuestionState.OPEN:
+    """Whether a later user statement (not itself a question) plausibly answers an open or deferred `question`."""
+    if question.question is None or question.question.state not in AWAITING_ANSWER:
         return False
     if statement.observed_at <= question.observed_at or statement.text.rstrip().endswith("?"):
         return False
@@ -81,7 +86,12 @@ def answers(question: MemoryRecord, statement: MemoryCandidate) -> bool:
 
 
 def touches(question: MemoryRecord, query: str, recalled: Iterable[Sequence[str]]) -> bool:
-    """Whether a recall's query, or the entities of what it returned, touch an open question's terms."""
+    """Whether a recall's query, or the entities of what it returned, touch an open question's terms.
+
+    Only an `open` question is surfaced: a deferred one was surfaced enough.
+    """
+    if question.question is None or question.question.state is not QuestionState.OPEN:
+        return False
     if len(shared_terms(question, related_terms(query))) >= MIN_SHARED_TERMS:
         return True
     return any(shared_terms(question, ents) for ents in recalled)

@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     recall_top_k: int = 10
     recall_token_budget: int = 2_000
     recall_candidates: int = 50
+    # Score fusion of the recall legs (services.stores.fusion): dense and BM25 shares.
+    recall_dense_weight: float = 0.4
+    recall_sparse_weight: float = 0.6
     # MiniLM cosine above which a fact or preference is pinned ahead of the rest.
     profile_min_similarity: float = 0.5
 
@@ -90,6 +93,9 @@ class Settings(BaseSettings):
     prune_after_days: float = 30.0
     pattern_min_episodes: int = 5
     semantic_window_days: float = 90.0
+    # An open question recall surfaced this often, or open this long, is deferred (no longer surfaced).
+    question_max_surfaced: int = 3
+    question_defer_days: float = 30.0
     # A session with no turn for this long is closed as if session_end had arrived.
     session_idle: float = 1800.0
     session_idle_check_seconds: float = 60.0
@@ -101,6 +107,8 @@ class Settings(BaseSettings):
     llm_timeout: float = 20.0
     llm_concurrency: int = 4
     llm_max_retries: int = 2
+    # The LLM decides over neighbours at least this similar; a candidate with none is added without a request.
+    llm_decide_min_similarity: float = 0.5
     # OpenAI-compatible embeddings instead of the packaged MiniLM.
     embed_base_url: str | None = None
     embed_model: str = "text-embedding-3-small"

@@ -9,7 +9,7 @@ from services.config import Settings
 from services.embedding import CachedEmbedder, Embedder, MiniLmEmbedder
 from services.llm import LlmClient
 from services.stores import open_vector_index
-from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, PgPool, WindowStore, migrate
+from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, PgPool, SummaryStore, WindowStore, migrate
 from services.stores.vector import Bm25Encoder, VectorIndex
 
 
@@ -23,6 +23,7 @@ class Runtime:
     reads: MemoryReader
     index: VectorIndex
     bm25: Bm25Encoder
+    summaries: SummaryStore
     # One client per process, so its concurrency limit is the process's; None = no LLM.
     llm: LlmClient | None = None
     _embedder: Embedder | None = None
@@ -45,6 +46,7 @@ class Runtime:
             reads=MemoryReader(pool),
             index=open_vector_index(settings),
             bm25=Bm25Encoder(),
+            summaries=SummaryStore(pool),
             llm=LlmClient.from_settings(settings),
         )
 

@@ -1,6 +1,8 @@
 """consolidator: the single writer of long-term memory.
 
 One Postgres transaction per batch; changes go out only after it commits.
+With an LLM configured, the model's ADD/UPDATE/DELETE/NONE verdicts are
+asked before the transaction and applied inside it (agents.consolidator.llm).
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ from datetime import UTC, datetime
 
 import faust
 
+from agents.consolidator import llm
 from agents.consolidator.apply import BatchContext, apply_candidate
 from agents.consolidator.decide import Action
 from agents.consolidator.questions import resolve_questions
+from agents.dlq import DeadLetters
 from agents.stage import batched_agent, forward
 from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryChange
@@ -22,7 +26,11 @@ from services.runtime import Runtime
 STAGE = "consolidator"
 
 
-async def consolidate(rt: Runtime, batch: list[EmbeddedCandidate]) -> list[MemoryChange]:
+async def consolidate(
+    rt: Runtime, batch: list[EmbeddedCandidate], verdicts: dict[int, llm.Verdict] | None = None
+) -> list[MemoryChange]:
+    """`verdicts` (by batch position) are the LLM's; without them every candidate takes the rule path."""
+    verdicts = verdicts or {}
     now = datetime.now(UTC)
     changes: list[MemoryChange] = []
     kinds: list[str] = []
@@ -31,7 +39,8 @@ async def consolidate(rt: Runtime, batch: list[EmbeddedCandidate]) -> list[Memor
         # Two queries for the whole batch (merge neighbours, importance centroids).
         ctx = await BatchContext.load(rt.memories, conn, batch, s.merge_similarity, s.min_importance)
         for position, item in enumerate(batch):
-            decision, produced = await apply_candidate(rt.memories, conn, item, now, ctx, position)
+            verdict = verdicts.get(position)
+            decision, produced = await apply_candidate(rt.memories, conn, item, now, ctx, position, verdict)
             kinds.append(decision.action.value)
             changes.extend(produced)
         changes.extend(await resolve_questions(rt.memories, conn, batch, now))
@@ -47,9 +56,13 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
     for action in Action:  # every kind has a series from the start
         metrics.DECISIONS.labels(kind=action.value)
+    dlq = DeadLetters(topics.dlq, s.max_message_bytes)
+    if rt.llm is not None:
+        llm.declare()
+        metrics.DLQ.labels(stage=STAGE, reason=llm.LLM_INVALID_OUTPUT)
 
     async def handle(batch: list[EmbeddedCandidate]) -> None:
-        changes = await consolidate(rt, batch)
+        changes = await consolidate(rt, batch, await llm.verdicts(rt, batch, dlq, STAGE))
         crash_point(s, "consolidator.after_commit")
         await forward(topics.changes, STAGE, changes)
 

@@ -10,6 +10,7 @@ import orjson
 
 from agents.consolidator import importance as imp
 from agents.consolidator.decide import Action, Decision, Neighbours, decide
+from agents.consolidator.llm import Verdict
 from agents.consolidator.merge import (
     MERGE_TYPES,
     BatchView,
@@ -19,6 +20,7 @@ from agents.consolidator.merge import (
     union_source,
 )
 from schemas import ChangeOp, EmbeddedCandidate, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
+from services.llm import Action as LlmAction
 from services.stores.postgres import Conn, MemoryWriter
 from services.stores.postgres.memory_writes import Probe
 from services.textutil import content_hash
@@ -275,6 +277,34 @@ async def _merge(
     ]
 
 
+async def _llm_decision(
+    pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate, found: Neighbours, verdict: Verdict
+) -> Decision | None:
+    """The model's verdict as a decision, or None where the rule path decides (see agents.consolidator.llm)."""
+    c = item.candidate
+    if found.same_id or found.same_content or found.active_fact or verdict.action is LlmAction.ADD:
+        return None
+    if verdict.action is LlmAction.NONE:
+        return Decision(Action.IGNORED, c.candidate_id, reason=verdict.describe())
+    held = None if verdict.target_id is None else await pg.with_vector(conn, c.tenant_id, c.user_id, verdict.target_id)
+    if held is None or held[0].status is not MemoryStatus.ACTIVE:
+        return None  # merged or retired since the model looked
+    action = Action.SUPERSEDE if verdict.action is LlmAction.UPDATE else Action.DELETED
+    return Decision(action, c.candidate_id, held[0], reason=verdict.describe())
+
+
+def deleted(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> MemoryRecord:
+    """No longer true, and nothing replaces it: out of recall and the index, kept in history."""
+    return target.model_copy(
+        update={
+            "status": MemoryStatus.DELETED,
+            "superseded_at": item.candidate.observed_at,
+            "updated_at": now,
+            "version": target.version + 1,
+        }
+    )
+
+
 async def apply_candidate(
     pg: MemoryWriter,
     conn: Conn,
@@ -282,8 +312,12 @@ async def apply_candidate(
     now: datetime,
     ctx: BatchContext | None = None,
     position: int = 0,
+    verdict: Verdict | None = None,
 ) -> tuple[Decision, list[MemoryChange]]:
-    """Decide and write one candidate; `ctx` (the batch's lookups) enables merge and the importance floor."""
+    """Decide and write one candidate; `ctx` (the batch's lookups) enables merge and the importance floor.
+
+    `verdict` is the LLM's, asked before the transaction; the rule path decides when there is none.
+    """
     if ctx is not None:
         score = ctx.importance(item)
         item = item.model_copy(update={"candidate": item.candidate.model_copy(update={"importance": score})})
@@ -294,13 +328,21 @@ async def apply_candidate(
             else ctx.view.best(item.candidate, item.vector, ctx.nearest.get(position, []), ctx.merge_similarity)
         )
         found = await _neighbours(pg, conn, item, near)
-        decision = decide(item.candidate, found, merge_similarity=ctx.merge_similarity, keep=keep)
+        merge_similarity = ctx.merge_similarity
     else:
-        near = None
-        decision = decide(item.candidate, await _neighbours(pg, conn, item, None))
+        near, keep, merge_similarity = None, True, None
+        found = await _neighbours(pg, conn, item, None)
+    by_model = None if verdict is None else await _llm_decision(pg, conn, item, found, verdict)
+    decision = by_model or decide(item.candidate, found, merge_similarity=merge_similarity, keep=keep)
     target = decision.target
-    if decision.action is Action.SKIPPED:
+    if decision.action in (Action.SKIPPED, Action.IGNORED):
         return decision, []
+    if decision.action is Action.DELETED and target is not None:
+        gone = deleted(target, item, now)
+        await pg.upsert(conn, gone, None)
+        if ctx is not None:
+            ctx.view.wrote(gone, None)
+        return decision, [_change(gone, ChangeOp.DELETED, item, now, reason=decision.reason)]
     if decision.action is Action.MERGED and near is not None and ctx is not None:
         return decision, await _merge(pg, conn, item, decision, near, ctx, now)
     if decision.action is Action.ADD:
@@ -326,7 +368,11 @@ async def apply_candidate(
         if ctx is not None:
             ctx.view.wrote(old, None)
             ctx.added(item, record)
-        return decision, [_change(old, ChangeOp.SUPERSEDED, item, now), _change(record, ChangeOp.ADDED, item, now)]
+        why = decision.reason
+        return decision, [
+            _change(old, ChangeOp.SUPERSEDED, item, now, reason=why),
+            _change(record, ChangeOp.ADDED, item, now, reason=why),
+        ]
     if decision.action is Action.REINFORCE and target is not None:
         record = reinforced(target, item, now)
         await pg.upsert(conn, record, None)

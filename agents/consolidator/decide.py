@@ -27,6 +27,9 @@ class Action(StrEnum):
     MERGED = "merged"
     # Below the importance threshold: not stored as a memory of its own.
     SKIPPED = "skipped"
+    # LLM path only: NONE (adds nothing) and DELETE (the target is no longer true; nothing replaces it).
+    IGNORED = "ignored"
+    DELETED = "deleted"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Decision:
     # Merges only: the candidate's text replaces the target's (the target becomes the loser).
     candidate_wins: bool = False
     similarity: float | None = None
+    # Why, when the LLM decided: carried as the change's reason.
+    reason: str | None = None
 
 
 def _already_seen(candidate: MemoryCandidate, record: MemoryRecord) -> bool:

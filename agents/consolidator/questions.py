@@ -8,16 +8,17 @@ from agents.questions import answers
 from schemas import ChangeOp, EmbeddedCandidate, MemoryChange, MemoryType
 from schemas.memory import QuestionState
 from services.stores.postgres import Conn, MemoryWriter
+from services.stores.postgres.maintenance import unanswered_questions
 
 
 async def resolve_questions(
     writer: MemoryWriter, conn: Conn, batch: list[EmbeddedCandidate], now: datetime
 ) -> list[MemoryChange]:
-    """A user statement that shares enough of an open question's terms moves it to `tentatively_resolved`."""
+    """A user statement that shares enough of an open (or deferred) question's terms moves it to `tentatively_resolved`."""
     statements = [item.candidate for item in batch if item.candidate.type is MemoryType.EXCHANGE]
     scopes = sorted({(c.tenant_id, c.user_id) for c in statements})
     changes: list[MemoryChange] = []
-    for question, vector in await writer.open_questions(conn, scopes):
+    for question, vector in await unanswered_questions(conn, scopes):
         answer = next(
             (
                 c

@@ -22,7 +22,15 @@ Rules of a pass, in this order, over the user's active memories:
    `semantic_window` from the latest of them, come from ≥ 2 sessions; one
    `semantic` memory per topic, superseded by a new version only when an
    episode it does not already cover joins (losing members to a prune does
-   not churn it).
+   not churn it);
+5. questions: an `open` question still active after the above moves to
+   `deferred` when recall has surfaced it `question_max_surfaced` times
+   (its `access_count`: every surfacing is an access mark) or it was asked
+   (`observed_at`) more than `question_defer_after` before `now`; `attempts`
+   records the surfacings. Deferred is a state, not a status: the question
+   stays active (listed, in history), recall stops surfacing it, and a later
+   answer still resolves it. A deferred question is never deferred again, so
+   a re-run changes nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from schemas import ChangeOp, MemoryRecord, MemoryStatus, MemoryType, Provenance
+from schemas.memory import QuestionState
 from services.config import Settings
 from services.textutil import content_hash, stable_id
 
@@ -55,6 +64,8 @@ class Rules:
     pattern_min: int
     semantic_window: timedelta
     pattern_similarity: float = PATTERN_SIMILARITY
+    question_max_surfaced: int = 3
+    question_defer_after: timedelta = timedelta(days=30)
 
     @classmethod
     def from_settings(cls, s: Settings) -> Rules:
@@ -65,6 +76,8 @@ class Rules:
             prune_after=timedelta(days=s.prune_after_days),
             pattern_min=s.pattern_min_episodes,
             semantic_window=timedelta(days=s.semantic_window_days),
+            question_max_surfaced=s.question_max_surfaced,
+            question_defer_after=timedelta(days=s.question_defer_days),
         )
 
 
@@ -130,6 +143,38 @@ def prune(record: MemoryRecord, now: datetime, rules: Rules) -> MemoryRecord | N
     if now - last_access(record) < rules.prune_after:
         return None
     return record.model_copy(update={"status": MemoryStatus.PRUNED, "updated_at": now})
+
+
+# --- open questions --------------------------------------------------------------
+
+
+def defer(record: MemoryRecord, now: datetime, rules: Rules) -> tuple[MemoryRecord, str] | None:
+    """The question moved to `deferred` and why, or None when it stays as it is.
+
+    Only an active question in state `open` is deferred: surfaced at least
+    `question_max_surfaced` times (its access count), or asked more than
+    `question_defer_after` before `now`. `attempts` becomes the surfacings.
+    """
+    question = record.question
+    if record.type is not MemoryType.QUESTION or record.status is not MemoryStatus.ACTIVE:
+        return None
+    if question is None or question.state is not QuestionState.OPEN:
+        return None
+    surfaced = record.access_count
+    age = now - record.observed_at
+    if surfaced >= rules.question_max_surfaced:
+        why = f"surfaced {surfaced} times without an answer (limit {rules.question_max_surfaced})"
+    elif age > rules.question_defer_after:
+        why = f"open for {age.days} days without an answer (limit {_days(rules.question_defer_after)})"
+    else:
+        return None
+    state = question.model_copy(update={"state": QuestionState.DEFERRED, "attempts": surfaced})
+    return record.model_copy(update={"question": state, "updated_at": now}), f"deferred: {why}"
+
+
+def _days(span: timedelta) -> str:
+    days = span / timedelta(days=1)
+    return f"{days:g} days"
 
 
 # --- patterns --------------------------------------------------------------------
@@ -314,6 +359,9 @@ def plan_user(
             )
     _patterns(plan, taken, now, rules)
     _semantics(plan, taken, now, rules, members_by_id or {})
+    for record in list(plan.active()):
+        if (deferred := defer(record, now, rules)) is not None:
+            plan.touch(deferred[0], "deferred", deferred[1])
     return _effects(plan), plan.counts
 
 

@@ -65,7 +65,8 @@ def summarize(turns: list[TurnEvent], max_sentences: int) -> Episode | None:
     return Episode(
         text=" ".join([header, *chosen]),
         topics=topics,
-        entities=entities(" ".join(t.content for t in turns)),
+        # Per turn: joined, a name ending one turn and a capital starting the next read as one entity.
+        entities=list(dict.fromkeys(e for t in turns for e in entities(t.content))),
         open_questions=questions[-3:],
         started_at=started,
         ended_at=ended,

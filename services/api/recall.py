@@ -13,7 +13,9 @@ from services import metrics
 from services.api.access import AccessMarks
 from services.api.models import RecalledMemory, RecallRequest, RecallResponse, Source, WorkingTurn, WorkingWindow
 from services.api.ranking import Candidate, Weights, pack, pack_sections, prompt_block, prompt_sections, rank
+from services.config import Settings
 from services.runtime import Runtime
+from services.stores.fusion import FusionWeights
 from services.stores.vector import Hit, Scope
 
 SURFACED = "open_question"
@@ -58,6 +60,10 @@ def _instant(value: object) -> datetime | None:
     return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
+def fusion_weights(s: Settings) -> FusionWeights:
+    return FusionWeights(dense=s.recall_dense_weight, sparse=s.recall_sparse_weight)
+
+
 def _wanted(compressed: bool, req: RecallRequest) -> bool:
     """Compressed episodes (folded into a pattern) leave default recall; `include_compressed` brings them back."""
     return req.include_compressed or not compressed
@@ -98,7 +104,7 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     scope = Scope(req.tenant_id, req.user_id, types)
     pool = max(req.top_k * 3, rt.settings.recall_candidates)
     hits, scored = await asyncio.gather(
-        rt.index.search(scope, dense, rt.bm25.query(req.query), pool),
+        rt.index.search(scope, dense, rt.bm25.query(req.query), pool, fusion_weights(rt.settings)),
         rt.reads.active_profile(
             req.tenant_id, req.user_id, dense, rt.settings.profile_min_similarity, limit=max(3, req.top_k // 3)
         ),
@@ -117,11 +123,12 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     metrics.RECALL_RESULTS.observe(len(chosen))
     metrics.RECALL_TOKENS.observe(used)
     window = await working(rt, req.tenant_id, req.user_id, req.session_id) if req.session_id else None
-    # Sent only once the answer is complete: a recall that fails marks nothing.
-    if req.record_access:
-        marks.mark(req.tenant_id, req.user_id, [c.id for c in chosen], now)
     prompt = prompt_sections(chosen) if sections else prompt_block(chosen)
     open_ids, extra = await _open_questions(rt, req, chosen)
+    # Sent only once the answer is complete: a recall that fails marks nothing. Surfaced questions
+    # are returned memories too: their access count is how often recall surfaced them (maintenance defers on it).
+    if req.record_access:
+        marks.mark(req.tenant_id, req.user_id, [c.id for c in chosen] + [q.id for q in extra], now)
     memories = [_recalled(c, surfaced=c.id in open_ids) for c in chosen]
     memories += [_recalled(_from_record(q, 0.0), surfaced=True) for q in extra]
     if open_ids & {m.id for m in memories}:
@@ -132,7 +139,11 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
 async def _open_questions(
     rt: Runtime, req: RecallRequest, chosen: list[Candidate]
 ) -> tuple[set[str], list[MemoryRecord]]:
-    """Open questions the query or the rest of the answer touch: those in the answer, and up to MAX_SURFACED more."""
+    """Open questions the query or the rest of the answer touch: those in the answer, and up to MAX_SURFACED more.
+
+    Only questions in state `open`: a deferred one (maintenance: surfaced often, or open long) is not
+    surfaced again, though it stays a memory like any other and a later answer still resolves it.
+    """
     if req.types and MemoryType.QUESTION not in req.types:
         return set(), []
     questions = await rt.reads.open_questions(req.tenant_id, req.user_id, limit=50)

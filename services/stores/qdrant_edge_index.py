@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import qdrant_edge as qe
 
+from services.stores.fusion import DEFAULT_FUSION, FusionWeights, fuse
 from services.stores.qdrant_errors import qdrant_call
 from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse
 
@@ -87,22 +88,25 @@ class EdgeIndex:
             shard = self.shard
             await self._on_owner("delete", lambda: shard.update(qe.UpdateOperation.delete_points(list(ids))))
 
-    async def search(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> list[Hit]:
+    async def search(
+        self, scope: Scope, dense: list[float], sparse: Sparse, limit: int, weights: FusionWeights = DEFAULT_FUSION
+    ) -> list[Hit]:
+        """Both legs on the owner thread, fused here (services.stores.fusion)."""
         flt = _scope_filter(scope)
-        prefetches = [qe.Prefetch(limit=limit, query=qe.Query.Nearest(dense, using=DENSE), filter=flt)]
+        requests = [
+            qe.QueryRequest(limit=limit, query=qe.Query.Nearest(dense, using=DENSE), filter=flt, with_payload=True)
+        ]
         if sparse.indices:
             sparse_vec = qe.SparseVector(sparse.indices, sparse.values)
-            prefetches.append(qe.Prefetch(limit=limit, query=qe.Query.Nearest(sparse_vec, using=SPARSE), filter=flt))
-        request = qe.QueryRequest(
-            limit=limit,
-            prefetches=prefetches,
-            query=qe.Fusion.Rrf(k=60),  # type: ignore[arg-type]  # the stub lists Fusion, not its variants
-            filter=flt,
-            with_payload=True,
-        )
+            requests.append(
+                qe.QueryRequest(
+                    limit=limit, query=qe.Query.Nearest(sparse_vec, using=SPARSE), filter=flt, with_payload=True
+                )
+            )
         shard = self.shard
-        points = await self._on_owner("search", lambda: shard.query(request))
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
+        legs = await self._on_owner("search", lambda: [shard.query(r) for r in requests])
+        hits = [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points] for points in legs]
+        return fuse(hits[0], hits[1] if len(hits) > 1 else [], weights, limit)
 
     async def count(self) -> int:
         shard = self.shard

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from qdrant_client import AsyncQdrantClient, models
 
+from services.stores.fusion import DEFAULT_FUSION, FusionWeights, fuse
 from services.stores.qdrant_errors import qdrant_call
 from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse
 
@@ -65,28 +66,26 @@ class ServerIndex:
             async with qdrant_call("delete"):
                 await self._client.delete(self._collection, points_selector=models.PointIdsList(points=list(ids)))
 
-    async def search(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> list[Hit]:
+    async def search(
+        self, scope: Scope, dense: list[float], sparse: Sparse, limit: int, weights: FusionWeights = DEFAULT_FUSION
+    ) -> list[Hit]:
+        """Both legs in one round trip, fused here (services.stores.fusion)."""
         flt = _scope_filter(scope)
-        prefetch = [models.Prefetch(query=dense, using=DENSE, filter=flt, limit=limit)]
+        requests = [models.QueryRequest(query=dense, using=DENSE, filter=flt, limit=limit, with_payload=True)]
         if sparse.indices:
-            prefetch.append(
-                models.Prefetch(
+            requests.append(
+                models.QueryRequest(
                     query=models.SparseVector(indices=sparse.indices, values=sparse.values),
                     using=SPARSE,
                     filter=flt,
                     limit=limit,
+                    with_payload=True,
                 )
             )
         async with qdrant_call("search"):
-            result = await self._client.query_points(
-                self._collection,
-                prefetch=prefetch,
-                query=models.FusionQuery(fusion=models.Fusion.RRF),
-                query_filter=flt,
-                limit=limit,
-                with_payload=True,
-            )
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
+            legs = await self._client.query_batch_points(self._collection, requests=requests)
+        hits = [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in leg.points] for leg in legs]
+        return fuse(hits[0], hits[1] if len(hits) > 1 else [], weights, limit)
 
     async def count(self) -> int:
         async with qdrant_call("count"):

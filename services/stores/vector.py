@@ -1,7 +1,7 @@
 """The recall index: one interface, two engines (Qdrant Edge in-process, Qdrant server).
 
 Points carry a dense vector ("dense") and a BM25 sparse vector ("bm25"), so
-recall can fuse meaning and exact words. The BM25 weights are computed here
+recall can fuse meaning and exact words (by score: services.stores.fusion). The BM25 weights are computed here
 with the Qdrant engine's own tokenizer, identically for both engines.
 """
 
@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Required, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, Required, TypedDict
+
+if TYPE_CHECKING:
+    from services.stores.fusion import FusionWeights
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -75,7 +78,9 @@ class VectorIndex(Protocol):
     async def ensure(self, dimension: int) -> None: ...
     async def upsert(self, points: Sequence[IndexedMemory]) -> None: ...
     async def delete(self, ids: Sequence[str]) -> None: ...
-    async def search(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> list[Hit]: ...
+    async def search(
+        self, scope: Scope, dense: list[float], sparse: Sparse, limit: int, weights: FusionWeights = ...
+    ) -> list[Hit]: ...
     async def count(self) -> int: ...
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...

@@ -7,6 +7,13 @@ question is asked through POST /v1/recall, and the retrieved memories'
 provenance (the LoCoMo turn ids in `metadata.dia_id`) is scored against the
 question's evidence. The JSONL it writes is the format of
 `../shared/bench/locomo_score.py score`, which prints the same R@k figures.
+
+After scoring, one maintenance pass per conversation (`memstream maintain`'s
+code, `maintain_once`) runs as of one day after its last session, and the
+summary gets each user's active memories by type before and after it, what
+the pass did (compressed into patterns, pruned, synthesized, deferred), and
+the same questions scored again over the tended memory (an extra row: the
+main table is always the one before maintenance).
 """
 
 from __future__ import annotations
@@ -25,11 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 
+from agents.maintenance.standalone import maintain_once
+from services.config import Settings
 from services.textutil import count_tokens
 from tests.bench.pipeline import replay
 from tests.bench.probe import wait_drained
-from tests.stack import embedded_stack, session_end, turn
+from tests.stack import embedded_stack, session_end, stack_settings, turn
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "bench" / "locomo_dev.json"
 TENANT = "locomo"
@@ -68,6 +78,13 @@ def to_events(sample: dict[str, Any], user: str) -> list[dict[str, Any]]:
             events.append({**event, "event_id": f"{user}-{said['dia_id'].replace(':', '.')}"})
         events.append(session_end(TENANT, user, session, start + timedelta(seconds=30 * len(turns))))
     return events
+
+
+def maintenance_time(sample: dict[str, Any]) -> datetime:
+    """One day after the conversation's last session began: the moment its maintenance pass runs as of."""
+    conversation = sample["conversation"]
+    last, _ = sessions(conversation)[-1]
+    return session_time(conversation[f"session_{last}_date_time"]) + timedelta(days=1)
 
 
 def evidence_ids(raw: Iterable[str]) -> list[str]:
@@ -153,9 +170,78 @@ async def ask_all(base_url: str, samples: list[dict[str, Any]], users: dict[str,
     return lines
 
 
+async def memory_counts(dsn: str, users: Iterable[str]) -> dict[str, dict[str, int]]:
+    """Each user's active memories by type, with totals; compressed episodes (in a pattern) counted apart too.
+
+    `recallable` is what default recall can return: active and not compressed.
+    """
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cur = await conn.execute(
+            """SELECT user_id, type, count(*), count(*) FILTER (WHERE compressed) FROM memories
+               WHERE tenant_id = %s AND user_id = ANY(%s) AND status = 'active' GROUP BY user_id, type""",
+            (TENANT, list(users)),
+        )
+        rows = await cur.fetchall()
+    counts: dict[str, dict[str, int]] = {u: {} for u in users}
+    for user, type_, n, compressed in rows:
+        by_type = counts[user]
+        by_type[type_] = n
+        by_type["total"] = by_type.get("total", 0) + n
+        by_type["compressed"] = by_type.get("compressed", 0) + compressed
+    for by_type in counts.values():
+        by_type.setdefault("total", 0)
+        by_type.setdefault("compressed", 0)
+        by_type["recallable"] = by_type["total"] - by_type["compressed"]
+    return counts
+
+
+async def maintain(
+    base_url: str, settings: Settings, samples: list[dict[str, Any]], users: dict[str, str]
+) -> dict[str, dict[str, Any]]:
+    """One maintenance pass per conversation's user, as of a day after its last session; figures per conversation."""
+    before = await memory_counts(settings.pg_dsn, users.values())
+    passes = {}
+    for sample in samples:
+        user = users[sample["sample_id"]]
+        now = maintenance_time(sample)
+        counts = await maintain_once(settings, now, TENANT, user)
+        passes[sample["sample_id"]] = {"now": now.isoformat(), "pass": {k: v for k, v in sorted(counts.items())}}
+    # The pass's changes reach the index through memory.changes: recall after it waits for them.
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+        drained = await wait_drained(client, 300)
+    after = await memory_counts(settings.pg_dsn, users.values())
+    return {
+        sample_id: {
+            "user": users[sample_id],
+            **figures,
+            "drained": drained,
+            "before": before[users[sample_id]],
+            "after": after[users[sample_id]],
+        }
+        for sample_id, figures in passes.items()
+    }
+
+
+def format_growth(per_user: dict[str, dict[str, Any]]) -> str:
+    """Active memories per conversation before → after maintenance, by type, and what the pass did."""
+    types = sorted({t for f in per_user.values() for t in [*f["before"], *f["after"]]} - {"total", "compressed"})
+    types = [t for t in types if t != "recallable"] + ["total", "compressed", "recallable"]
+    lines = []
+    for sample_id, f in per_user.items():
+        did = {k: v for k, v in f["pass"].items() if k != "users"}
+        lines.append(f"{sample_id} (maintenance as of {f['now'][:10]}): {did or 'no effect'}")
+        lines.extend(
+            f"  {t:<12}{f['before'].get(t, 0):>6} -> {f['after'].get(t, 0):<6}"
+            for t in types
+            if f["before"].get(t, 0) or f["after"].get(t, 0) or t in ("total", "recallable")
+        )
+    return "\n".join(lines)
+
+
 async def run(
-    base_url: str, bootstrap: str, samples: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    base_url: str, bootstrap: str, samples: list[dict[str, Any]], settings: Settings
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Replay, ask, maintain, ask again: the lines before and after maintenance, and the run's figures."""
     run_id = uuid.uuid4().hex[:6]
     users = {s["sample_id"]: f"{s['sample_id']}-{run_id}" for s in samples}
     events = [e for s in samples for e in to_events(s, users[s["sample_id"]])]
@@ -167,7 +253,11 @@ async def run(
     lines = await ask_all(base_url, samples, users)
     stats["questions"] = len(lines)
     stats["ask_seconds"] = time.perf_counter() - started
-    return lines, stats
+    started = time.perf_counter()
+    stats["maintenance"] = await maintain(base_url, settings, samples, users)
+    stats["maintenance_seconds"] = time.perf_counter() - started
+    after = await ask_all(base_url, samples, users)
+    return lines, after, stats
 
 
 def main() -> None:
@@ -180,18 +270,28 @@ def main() -> None:
     samples = json.loads(args.data.read_text())
     started = time.perf_counter()
     if args.base_url:
-        lines, stats = asyncio.run(run(args.base_url, args.bootstrap, samples))
+        settings = Settings(kafka_bootstrap=args.bootstrap)  # Postgres from MEMSTREAM_PG_DSN, as the stack's
+        lines, after, stats = asyncio.run(run(args.base_url, args.bootstrap, samples, settings))
     else:
         fast = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5"}
         with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=8, extra_env=fast) as stack:
-            lines, stats = asyncio.run(run(stack.base_url, stack.bootstrap, samples))
+            lines, after, stats = asyncio.run(run(stack.base_url, stack.bootstrap, samples, stack_settings(stack)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    table = recall_at_k(lines, gold(samples))
+    after_out = args.out.with_suffix(".after-maintenance.jsonl")
+    after_out.write_text("".join(json.dumps(line) + "\n" for line in after))
+    answers = gold(samples)
+    table, table_after = recall_at_k(lines, answers), recall_at_k(after, answers)
     stats["total_seconds"] = time.perf_counter() - started
-    args.out.with_suffix(".summary.json").write_text(json.dumps({"stats": stats, "recall": table}, indent=2))
+    summary = {"stats": stats, "recall": table, "recall_after_maintenance": table_after}
+    args.out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2))
+    growth = stats.pop("maintenance")
     print(json.dumps(stats, default=str))
     print(format_table(table))
+    print("\nactive memories per user, before -> after one maintenance pass:")
+    print(format_growth(growth))
+    print("\nrecall after maintenance (same questions, same scorer):")
+    print(format_table(table_after))
     print(f"results: {args.out}  (score independently: python ../shared/bench/locomo_score.py score {args.out})")
 
 

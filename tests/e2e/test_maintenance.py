@@ -218,3 +218,59 @@ async def test_an_idle_session_closes_itself_through_the_log(stack: Stack) -> No
     ends = await read_session_ends(stack.bootstrap, session, 2)
     assert len({e["event_id"] for e in ends}) == 2
     assert stack.get(f"/v1/users/{user_path(user)}/memories", tenant_id=TENANT).status_code == 200
+
+
+async def test_a_question_surfaced_three_times_is_deferred_not_surfaced_again_and_still_answerable(
+    stack: Stack,
+) -> None:
+    user = f"asker-{uuid.uuid4().hex[:8]}"
+    day1 = datetime.now(UTC) - timedelta(days=3)
+    await produce(
+        stack.bootstrap,
+        [
+            turn(TENANT, user, "q1", 0, "Which visa do I need for the Japan conference trip?", ts=day1),
+            turn(TENANT, user, "q1", 1, "I'm not sure, it depends on your passport.", role="assistant", ts=day1),
+            session_end(TENANT, user, "q1", ts=day1 + timedelta(seconds=5)),
+        ],
+    )
+
+    def the_question() -> dict[str, Any] | None:
+        found = stack.memories(TENANT, user, type="question")
+        return found[0] if found else None
+
+    asked = wait_for(the_question, 60, "the open question")
+    query = "planning the Japan conference"
+    for _ in range(3):  # each recall that surfaces it marks an access
+        result = stack.recall(TENANT, user, query)
+        assert [m["id"] for m in result["memories"] if m["surfaced"] == "open_question"] == [asked["id"]]
+    wait_for(lambda: (q := the_question()) and q["access_count"] == 3, 60, "three surfacings counted", interval=0.5)
+    wait_for(lambda: settled(stack, user), 60, "memories settled", interval=0.5)
+    surfaced = the_question()  # each applied access mark is a version of its own
+    assert surfaced is not None
+
+    later = datetime.now(UTC) + timedelta(days=1)  # three days open: deferred for its surfacings, not its age
+    assert "deferred=1" in maintain(stack, user, later)
+    deferred = the_question()
+    assert deferred is not None
+    assert deferred["status"] == "active"
+    assert deferred["version"] == surfaced["version"] + 1
+    assert (deferred["question"]["state"], deferred["question"]["attempts"]) == ("deferred", 3)
+    history = stack.get(f"/v1/users/{user_path(user)}/memories/{deferred['id']}/history", tenant_id=TENANT)
+    assert [(m["id"], m["question"]["state"]) for m in history.json()["chain"]] == [(deferred["id"], "deferred")]
+
+    again = maintain(stack, user, later)
+    assert again.strip().endswith(": users=1"), again
+    after = stack.recall(TENANT, user, query, record_access=False)
+    assert not [m for m in after["memories"] if m["surfaced"]]
+    assert "<open_questions>" not in after["prompt"]
+
+    # A later statement that answers it still resolves the deferred question.
+    await produce(
+        stack.bootstrap, [turn(TENANT, user, "q2", 0, "Turns out the Japan conference visa is a short business visa.")]
+    )
+    done = wait_for(
+        lambda: (q := the_question()) and q["question"]["state"] == "tentatively_resolved" and q,
+        60,
+        "the deferred question tentatively resolved",
+    )
+    assert done["version"] == deferred["version"] + 1

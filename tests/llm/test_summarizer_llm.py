@@ -1,46 +1,36 @@
-"""The summarizer agent with a configured LLM (the fake server), through Faust's test context."""
+"""The summarizer agent with a configured LLM (the fake server), through Faust's test context: the episode."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
-import faust
 import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from agents.summarizer import agent
-from agents.topics import Topics
 from schemas import EvictedChunk, TurnEvent
-from services.config import Settings
-from services.runtime import Runtime
 from services.textutil import stable_id
-from services.topics import BY_ROLE as TOPIC_NAMES
-from tests.agents.test_agents import Harness, Sink
-from tests.llm.fake_openai import FakeOpenAI, Reply, answer
+from tests.agents.test_agents import Harness
+from tests.llm.fake_openai import Reply, answer
+from tests.llm.routed_openai import RoutedOpenAI, routed_openai
+from tests.llm.summarizer_stage import summarizer_stage
 from tests.stack import turn
 
 EPISODE = {"summary": "The user booked flights for a June trip to Lisbon.", "topics": ["Lisbon", "travel"]}
 
 
 @pytest.fixture
-async def summarizer(tmp_path: Path, fake: FakeOpenAI) -> AsyncIterator[Callable[[], Harness]]:
-    """Only settings matter to this stage: no Postgres, no model."""
-    settings = Settings(data_dir=tmp_path, llm_base_url=fake.base_url, llm_timeout=2.0, llm_max_retries=0)
-    runtime = Runtime.create(settings)
+def fake() -> Iterator[RoutedOpenAI]:
+    """Scripted per operation: the stage also asks extract_facts (unscripted here: a 500, so it falls back)."""
+    with routed_openai() as server:
+        yield server
 
-    def build() -> Harness:
-        app = faust.App("test-summarizer-llm", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False)
-        inbound = app.topic(
-            TOPIC_NAMES["evicted"], key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
-        )
-        sinks = {attr: Sink(name) for attr, name in TOPIC_NAMES.items() if attr != "evicted"}
-        agent.register(app, Topics(evicted=inbound, **sinks), runtime)
-        return Harness(app, agent.STAGE, Topics(evicted=inbound, **sinks), runtime)
 
-    yield build
-    await runtime.index.close()
+@pytest.fixture
+async def summarizer(tmp_path: Path, pg_dsn: str, fake: RoutedOpenAI) -> AsyncIterator[Callable[[], Harness]]:
+    async with summarizer_stage(tmp_path, pg_dsn, fake.base_url) as build:
+        yield build
 
 
 def chunk_bytes() -> tuple[EvictedChunk, bytes]:
@@ -56,10 +46,10 @@ def dlq_count(reason: str) -> float:
     return REGISTRY.get_sample_value("memstream_dlq_messages_total", {"stage": "summarizer", "reason": reason}) or 0.0
 
 
-async def test_the_llm_writes_the_episode(summarizer: Callable[[], Harness], fake: FakeOpenAI) -> None:
+async def test_the_llm_writes_the_episode(summarizer: Callable[[], Harness], fake: RoutedOpenAI) -> None:
     h = summarizer()
     out, dlq = h.sink("candidates"), h.sink("dlq")
-    fake.queue(answer(EPISODE))
+    fake.queue("summarize_episode", answer(EPISODE))
     _, value = chunk_bytes()
     await h.feed([value], lambda: bool(out.sent))
     (episode,) = out.values()
@@ -73,12 +63,16 @@ async def test_the_llm_writes_the_episode(summarizer: Callable[[], Harness], fak
 
 
 async def test_garbage_twice_writes_the_extractive_episode_and_dead_letters_the_output(
-    summarizer: Callable[[], Harness], fake: FakeOpenAI
+    summarizer: Callable[[], Harness], fake: RoutedOpenAI
 ) -> None:
     h = summarizer()
     out, dlq = h.sink("candidates"), h.sink("dlq")
     before = dlq_count("llm_invalid_output")
-    fake.queue(Reply(content="I cannot summarize that"), Reply(content='{"summary": "cut o', finish_reason="length"))
+    fake.queue(
+        "summarize_episode",
+        Reply(content="I cannot summarize that"),
+        Reply(content='{"summary": "cut o', finish_reason="length"),
+    )
     _, value = chunk_bytes()
     await h.feed([value], lambda: bool(out.sent) and bool(dlq.sent))
     (episode,) = out.values()
@@ -94,10 +88,12 @@ async def test_garbage_twice_writes_the_extractive_episode_and_dead_letters_the_
     assert dlq_count("llm_invalid_output") == before + 1
 
 
-async def test_an_outage_falls_back_without_dead_lettering(summarizer: Callable[[], Harness], fake: FakeOpenAI) -> None:
+async def test_an_outage_falls_back_without_dead_lettering(
+    summarizer: Callable[[], Harness], fake: RoutedOpenAI
+) -> None:
     h = summarizer()
     out, dlq = h.sink("candidates"), h.sink("dlq")
-    fake.queue(Reply(status=503, content="down"))
+    fake.queue("summarize_episode", Reply(status=503, content="down"))
     _, value = chunk_bytes()
     await h.feed([value], lambda: bool(out.sent))
     (episode,) = out.values()
@@ -105,7 +101,7 @@ async def test_an_outage_falls_back_without_dead_lettering(summarizer: Callable[
     assert dlq.sent == []
 
 
-async def test_a_chunk_of_greetings_costs_no_request(summarizer: Callable[[], Harness], fake: FakeOpenAI) -> None:
+async def test_a_chunk_of_greetings_costs_no_request(summarizer: Callable[[], Harness], fake: RoutedOpenAI) -> None:
     h = summarizer()
     dlq = h.sink("dlq")
     turns = [TurnEvent.model_validate({**turn("t", "u", "s", 0, "ok"), "event_id": "g0"})]

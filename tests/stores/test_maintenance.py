@@ -8,13 +8,27 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from agents.consolidator.questions import resolve_questions
 from agents.maintenance.logic import Rules
 from agents.maintenance.run import run_pass
-from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance, codec
+from agents.questions import touches
+from agents.rules.candidates import candidates_for_turn
+from schemas import (
+    ChangeOp,
+    EmbeddedCandidate,
+    MemoryChange,
+    MemoryRecord,
+    MemoryStatus,
+    MemoryType,
+    Provenance,
+    codec,
+)
+from schemas.memory import QuestionState
 from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, OutboxMessage, PgPool, WindowStore
 from services.stores.postgres.maintenance import idle_sessions
 from services.textutil import stable_id
 from tests.factories import turn_event
+from tests.unit.test_questions import question_record
 
 NOW = datetime(2027, 1, 1, tzinfo=UTC)
 RULES = Rules(0.05, timedelta(days=7), 0.1, timedelta(days=30), 5, timedelta(days=90))
@@ -103,6 +117,71 @@ async def test_a_pass_writes_versions_and_changes_and_a_rerun_writes_nothing(poo
     again = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u")
     assert sent.changes == []
     assert set(again) == {"users"}
+
+
+async def test_a_pass_defers_questions_surfaced_often_or_open_long_and_an_answer_still_resolves_them(
+    pool: PgPool,
+) -> None:
+    base = question_record()  # "Which visa do I need for the Japan conference trip?"
+
+    def asked_again(name: str, *, surfaced: int, age: timedelta) -> MemoryRecord:
+        return base.model_copy(
+            update={
+                "id": stable_id("t", "u", "question", name),
+                "observed_at": NOW - age,
+                "created_at": NOW - age,
+                "updated_at": NOW - age,
+                "access_count": surfaced,
+                "last_accessed_at": NOW - timedelta(days=1) if surfaced else None,
+            }
+        )
+
+    surfaced = asked_again("surfaced", surfaced=3, age=timedelta(days=5))
+    old = asked_again("old", surfaced=1, age=timedelta(days=45))
+    fresh = asked_again("fresh", surfaced=2, age=timedelta(days=5))
+    await seed(pool, [(surfaced, near_axis(1)), (old, near_axis(2)), (fresh, near_axis(3))])
+    reads = MemoryReader(pool)
+    assert {q.id for q in await reads.open_questions("t", "u", limit=10)} == {surfaced.id, old.id, fresh.id}
+    outbox = Outbox(pool)
+    sent = Sent(outbox)
+
+    counts = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u")
+    assert counts["deferred"] == 2
+    by_id = {c.record.id: c for c in sent.changes}
+    assert set(by_id) == {surfaced.id, old.id}
+    assert by_id[surfaced.id].op is ChangeOp.UPDATED
+    assert by_id[surfaced.id].reason == "deferred: surfaced 3 times without an answer (limit 3)"
+    assert by_id[old.id].reason == "deferred: open for 45 days without an answer (limit 30 days)"
+    assert by_id[surfaced.id].vector == pytest.approx(near_axis(1))  # still indexed, like any active memory
+
+    # Deferred is a state: the rows stay active (listed, with history), attempts = surfacings.
+    rows = {
+        q.id: q for q in await reads.list_memories("t", "u", type_=MemoryType.QUESTION, status=None, limit=10, offset=0)
+    }
+    assert all(r.status is MemoryStatus.ACTIVE for r in rows.values())
+    states = {i: (r.question.state, r.question.attempts, r.version) for i, r in rows.items() if r.question}
+    assert states == {
+        surfaced.id: (QuestionState.DEFERRED, 3, 2),
+        old.id: (QuestionState.DEFERRED, 1, 2),
+        fresh.id: (QuestionState.OPEN, 0, 1),
+    }
+    # Recall's topic touch starts from the open questions only, and would not touch a deferred one anyway.
+    assert [q.id for q in await reads.open_questions("t", "u", limit=10)] == [fresh.id]
+    assert not touches(rows[surfaced.id], "what about the Japan conference visa?", [["Japan"]])
+
+    sent.changes.clear()
+    again = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u")
+    assert (sent.changes, set(again)) == ([], {"users"})
+
+    # A later statement that answers it still moves a deferred question on.
+    said = turn_event(4, "Turns out the Japan conference visa is a short business visa.")
+    said = said.model_copy(update={"ts": NOW + timedelta(days=1)})
+    exchange = next(c for c in candidates_for_turn(said) if c.type is MemoryType.EXCHANGE)
+    batch = [EmbeddedCandidate(tenant_id="t", user_id="u", candidate=exchange, vector=near_axis(9), model="m")]
+    async with pool.transaction("t") as conn:
+        resolved = await resolve_questions(MemoryWriter(), conn, batch, said.ts)
+    assert {c.record.id for c in resolved} == {surfaced.id, old.id, fresh.id}
+    assert all(c.record.question and c.record.question.state is QuestionState.TENTATIVELY_RESOLVED for c in resolved)
 
 
 async def test_changes_stay_in_the_outbox_when_publishing_fails(pool: PgPool) -> None:

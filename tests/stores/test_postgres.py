@@ -31,7 +31,7 @@ NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
 @pytest.fixture
 async def pool(pg_dsn: str) -> AsyncIterator[PgPool]:
-    assert await migrate(pg_dsn) == [1, 2, 3, 4]
+    assert await migrate(pg_dsn) == [1, 2, 3, 4, 5]
     assert await migrate(pg_dsn) == []  # idempotent
     pool = PgPool(pg_dsn, 2)
     await pool.open()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +20,7 @@ from agents.maintenance.logic import (
     clusters,
     common_theme,
     decay,
+    defer,
     mean_vector,
     plan_user,
     prune,
@@ -26,6 +28,7 @@ from agents.maintenance.logic import (
 )
 from agents.maintenance.timers import is_leader
 from schemas import ChangeOp, MemoryRecord, MemoryStatus, MemoryType, Provenance
+from schemas.memory import Question, QuestionState
 from services.stores.postgres.maintenance import IdleSession
 from services.textutil import stable_id
 
@@ -226,6 +229,72 @@ def test_a_topic_that_comes_back_gets_a_new_version_not_a_duplicate() -> None:
     assert by_op[ChangeOp.SUPERSEDED].superseded_by == by_op[ChangeOp.ADDED].id
     assert by_op[ChangeOp.SUPERSEDED].version == semantic.version + 1
     assert "3 sessions" in by_op[ChangeOp.ADDED].text
+
+
+def question(
+    *,
+    surfaced: int = 0,
+    age: timedelta = timedelta(days=2),
+    state: QuestionState = QuestionState.OPEN,
+    status: MemoryStatus = MemoryStatus.ACTIVE,
+) -> MemoryRecord:
+    q = record("q", type_=MemoryType.QUESTION, age=age, accessed=NOW - timedelta(days=1) if surfaced else None)
+    return q.model_copy(
+        update={
+            "access_count": surfaced,
+            "status": status,
+            "question": Question(state=state, related=["japan", "visa"]),
+        }
+    )
+
+
+def test_an_open_question_surfaced_often_enough_is_deferred_with_its_surfacings_as_attempts() -> None:
+    assert defer(question(surfaced=2), NOW, RULES) is None
+    deferred = defer(question(surfaced=3), NOW, RULES)
+    assert deferred is not None
+    q, reason = deferred
+    assert q.question is not None
+    assert (q.question.state, q.question.attempts, q.question.related) == (QuestionState.DEFERRED, 3, ["japan", "visa"])
+    assert q.status is MemoryStatus.ACTIVE  # a state, not a status: still listed, still indexed
+    assert q.updated_at == NOW
+    assert reason == "deferred: surfaced 3 times without an answer (limit 3)"
+
+
+def test_an_open_question_open_longer_than_the_limit_is_deferred() -> None:
+    assert defer(question(age=timedelta(days=30)), NOW, RULES) is None  # "longer than": not at the limit
+    deferred = defer(question(age=timedelta(days=31), surfaced=1), NOW, RULES)
+    assert deferred is not None
+    q, reason = deferred
+    assert q.question is not None
+    assert (q.question.state, q.question.attempts) == (QuestionState.DEFERRED, 1)
+    assert reason == "deferred: open for 31 days without an answer (limit 30 days)"
+    # As of the pass's `now`, not the clock: the same question a month earlier is young.
+    assert defer(question(age=timedelta(days=31)), NOW - timedelta(days=20), RULES) is None
+
+
+def test_only_an_active_open_question_is_deferred() -> None:
+    old = timedelta(days=90)
+    assert defer(question(surfaced=5, age=old, state=QuestionState.DEFERRED), NOW, RULES) is None
+    assert defer(question(surfaced=5, age=old, state=QuestionState.TENTATIVELY_RESOLVED), NOW, RULES) is None
+    assert defer(question(surfaced=5, age=old, status=MemoryStatus.DELETED), NOW, RULES) is None
+    assert defer(record("e", age=old), NOW, RULES) is None  # not a question
+    strict = Rules(**{**RULES.__dict__, "question_max_surfaced": 10, "question_defer_after": timedelta(days=100)})
+    assert defer(question(surfaced=5, age=old), NOW, strict) is None
+
+
+def test_a_pass_defers_a_question_once_and_says_why() -> None:
+    last_surfaced = NOW - timedelta(days=8)
+    asked = question(surfaced=4, age=timedelta(days=10)).model_copy(update={"last_accessed_at": last_surfaced})
+    effects, counts = plan_user([asked], {asked.id: direction(1)}, set(), NOW, RULES)
+    [effect] = effects
+    assert counts["deferred"] == 1
+    assert effect.op is ChangeOp.UPDATED
+    assert "deferred: surfaced 4 times" in effect.reason
+    assert "decay" in effect.reason  # unaccessed for 8 days: decayed in the same pass, one version
+    assert effect.record.version == asked.version + 1
+    assert effect.vector == direction(1)
+    again, counts = plan_user(applied([asked], effects), {asked.id: direction(1)}, set(), NOW, RULES)
+    assert (again, counts) == ([], Counter())
 
 
 def test_the_idle_close_is_a_marked_session_end_with_a_stable_id() -> None:

@@ -75,6 +75,13 @@ def test_a_later_statement_sharing_the_terms_tentatively_answers_it() -> None:
     assert not answers(question_record(QuestionState.TENTATIVELY_RESOLVED), statement("Japan visa done."))
 
 
+def test_a_deferred_question_is_still_answered_but_no_longer_surfaced() -> None:
+    deferred = question_record(QuestionState.DEFERRED)
+    assert answers(deferred, statement("Turns out the Japan conference visa is a short business visa."))
+    assert not touches(deferred, "what about the Japan conference?", [["Japan"]])
+    assert not touches(question_record(QuestionState.TENTATIVELY_RESOLVED), "the Japan conference visa?", [])
+
+
 def test_a_recall_touches_a_question_through_its_query_or_what_it_returned() -> None:
     q = question_record()
     assert touches(q, "what about the Japan conference?", [])

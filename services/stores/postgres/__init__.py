@@ -5,6 +5,7 @@
 - `Outbox`: messages committed with the state they follow;
 - `MemoryWriter`: the consolidator's lookups and upserts;
 - `MemoryReader`: the read service's scoped queries;
+- `SummaryStore`: the rolling per-session summary of LLM fact extraction;
 - `migrate`: schema migrations.
 """
 
@@ -14,17 +15,21 @@ from services.stores.postgres.migrations import migrate
 from services.stores.postgres.outbox import Outbox, OutboxMessage
 from services.stores.postgres.pool import Conn, PgPool
 from services.stores.postgres.records import record_from_row
+from services.stores.postgres.summaries import ChunkMark, SessionSummary, SummaryStore
 from services.stores.postgres.windows import Archived, SessionWindow, WindowStore
 
 __all__ = [
     "Archived",
+    "ChunkMark",
     "Conn",
     "MemoryReader",
     "MemoryWriter",
     "Outbox",
     "OutboxMessage",
     "PgPool",
+    "SessionSummary",
     "SessionWindow",
+    "SummaryStore",
     "WindowStore",
     "migrate",
     "record_from_row",

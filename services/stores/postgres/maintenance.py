@@ -1,10 +1,12 @@
-"""Maintenance's queries: whose memories to tend, one user's rows locked with their vectors, idle sessions.
+"""Maintenance's queries: whose memories to tend, one user's rows locked with their vectors, idle sessions,
+and the questions still awaiting an answer (open, or deferred by maintenance).
 
 Writes go through `MemoryWriter.upsert`, like the consolidator's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -69,3 +71,23 @@ async def idle_sessions(pool: PgPool, before: datetime, limit: int = 1000) -> li
         return [
             IdleSession(r["tenant_id"], r["user_id"], r["session_id"], r["last_turn_at"]) for r in await cur.fetchall()
         ]
+
+
+async def unanswered_questions(
+    conn: Conn, scopes: Sequence[tuple[str, str]]
+) -> list[tuple[MemoryRecord, list[float] | None]]:
+    """Active `question` memories of these users still awaiting an answer, with their vectors, locked for the batch.
+
+    Open and deferred alike: deferral only stops recall surfacing a question,
+    a later answer still resolves it (the consolidator's `resolve_questions`).
+    """
+    if not scopes:
+        return []
+    cur = await conn.execute(
+        f"""SELECT {RECORD_COLUMNS}, embedding FROM memories
+            WHERE (tenant_id, user_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))
+              AND type = 'question' AND status = 'active' AND question->>'state' IN ('open', 'deferred')
+            ORDER BY observed_at, id FOR UPDATE""",
+        ([t for t, _ in scopes], [u for _, u in scopes]),
+    )
+    return [(record_from_row(r), vector_floats(r["embedding"])) for r in await cur.fetchall()]
