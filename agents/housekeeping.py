@@ -7,7 +7,7 @@ partition, counts need a Postgres aggregate.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 import faust
 
@@ -58,11 +58,25 @@ async def survive(name: str, work: Awaitable[None]) -> None:
         log.exception("%s failed this tick", name)
 
 
-def register(app: faust.App, settings: Settings, runtime: Runtime) -> None:
+def register_lag(app: faust.App, settings: Settings, stage: str) -> None:
+    """How many partitions `stage`'s consumer group gave this process, and their lag (one app per stage)."""
+
     @app.timer(interval=settings.lag_refresh_seconds)  # type: ignore[untyped-decorator]
     async def lag_timer() -> None:
+        metrics.ASSIGNED_PARTITIONS.labels(stage=stage).set(len(app.consumer.assignment()))
         await survive("consumer lag", refresh_lag(app))
+
+
+def register_counts(app: faust.App, settings: Settings, runtime: Runtime, leader: Callable[[], bool]) -> None:
+    """Memory counts from the leader alone: they are fleet totals, and the dashboards sum every process's series.
+
+    A process that stops being the leader drops its series, so a stale copy
+    is never summed with the new leader's.
+    """
 
     @app.timer(interval=settings.gauge_refresh_seconds)  # type: ignore[untyped-decorator]
     async def counts_timer() -> None:
-        await survive("memory counts", refresh_memory_counts(runtime))
+        if leader():
+            await survive("memory counts", refresh_memory_counts(runtime))
+        else:
+            metrics.MEMORIES.clear()

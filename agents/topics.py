@@ -19,6 +19,7 @@ class Topics:
     commands: Any
     changes: Any
     dlq: Any
+    archive: Any
 
     @classmethod
     def declare(cls, app: faust.App) -> Topics:

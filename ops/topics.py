@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 
 @dataclass(frozen=True)
@@ -34,22 +39,39 @@ def load_specs(path: Path) -> list[TopicSpec]:
     ]
 
 
-async def create_topics(bootstrap: str, specs: list[TopicSpec]) -> list[str]:
-    """Returns the names it created."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        missing = [s for s in specs if s.name not in existing]
-        if missing:
-            await admin.create_topics(
-                [
-                    NewTopic(
-                        s.name, s.partitions, s.replication_factor, topic_configs={"retention.ms": str(s.retention_ms)}
-                    )
-                    for s in missing
-                ]
-            )
-        return [s.name for s in missing]
-    finally:
-        await admin.close()
+ADMIN_TIMEOUT = 30.0
+
+
+async def create_topics(bootstrap: str, specs: list[TopicSpec], config: Mapping[str, str] | None = None) -> list[str]:
+    """Returns the names it created; a topic another admin created meanwhile counts as existing.
+
+    confluent-kafka's AdminClient is synchronous (futures of its own): it
+    runs in a worker thread, so an event loop calling this keeps running.
+    `config`: further librdkafka settings (SASL: services.kafka_auth.confluent_config).
+    """
+    return await asyncio.to_thread(_create_missing, bootstrap, specs, dict(config or {}), ADMIN_TIMEOUT)
+
+
+def _create_missing(bootstrap: str, specs: list[TopicSpec], config: dict[str, str], timeout: float) -> list[str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **config}, logger=logging.getLogger("librdkafka"))
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    missing = [s for s in specs if s.name not in existing]
+    if not missing:
+        return []
+    futures = admin.create_topics(
+        [
+            NewTopic(s.name, s.partitions, s.replication_factor, config={"retention.ms": str(s.retention_ms)})
+            for s in missing
+        ],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    return sorted(created, key=[s.name for s in missing].index)

@@ -74,8 +74,16 @@ class TurnEvent(_Event):
     content: Content
 
 
+def _type_required(schema: dict[str, Any]) -> None:
+    """On the wire a session end must say so: an event without `type` is a turn (see `_event_kind`)."""
+    schema.setdefault("required", []).append("type")
+    schema["properties"]["type"].pop("default", None)
+
+
 class SessionEvent(_Event):
     """A conversation closed: the window's remainder gets summarized."""
+
+    model_config = ConfigDict(json_schema_extra=_type_required)
 
     type: Literal["session_end"] = "session_end"
 

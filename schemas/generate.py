@@ -11,8 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from schemas.commands import AccessCommand
+from schemas.commands import UserForgotten, command_adapter
 from schemas.events import SessionEvent, TurnEvent, chat_event_adapter
+from schemas.export import ExportDocument
 from schemas.memory import EmbeddedCandidate, EvictedChunk, MemoryCandidate, MemoryChange
 
 # `chat_event` is what a `chat.turns` message must match: a turn or a session end.
@@ -28,7 +29,13 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "memory_candidate": MemoryCandidate.model_json_schema,
     "embedded_candidate": EmbeddedCandidate.model_json_schema,
     "memory_change": MemoryChange.model_json_schema,
-    "memory_command": AccessCommand.model_json_schema,
+    "memory_command": lambda: {
+        "title": "MemoryCommand",
+        "description": "A message on memory.commands; `kind` says which command it is.",
+        **command_adapter.json_schema(),
+    },
+    "user_forgotten": UserForgotten.model_json_schema,
+    "export_document": ExportDocument.model_json_schema,
 }
 
 JSON_DIR = Path(__file__).parent / "json"

@@ -39,10 +39,11 @@ METADATA_MAX_ITEMS = 256  # per array
 METADATA_MAX_KEY_CHARS = 128
 METADATA_MAX_BYTES = 16 * 1024  # compact UTF-8 JSON, as orjson writes it
 METADATA_MAX_STRING_CHARS = METADATA_MAX_BYTES  # implied by the byte limit; stated so the schema can check it
-# Metadata numbers: what orjson writes and a signed 64-bit reader holds. Symmetric,
-# because orjson reads integer literals beyond 64 bits as rounded floats and
-# -2^63-1 would round to exactly -2^63: leaving -2^63 out keeps that rounding out.
-NUMBER_MIN, NUMBER_MAX = -(2**63 - 1), 2**63 - 1
+# Metadata numbers: what orjson writes, a signed 64-bit reader holds and a
+# double represents exactly. 2^63-1 itself is not a double: a schema validator
+# comparing in doubles rounds it to 2^63 and would admit 2^63; the largest
+# double below 2^63 keeps validator and schema in agreement. Symmetric.
+NUMBER_MIN, NUMBER_MAX = -(2**63 - 1024), 2**63 - 1024
 
 VALIDATOR_ONLY = "x-memstream-validator-only"
 
@@ -297,7 +298,7 @@ def _check_value(value: object, depth: int, path: str) -> Any:
         if not math.isfinite(value):
             fail("metadata_number", f"number at {_where(path)} must be finite (no NaN or Infinity)")
         if not NUMBER_MIN <= value <= NUMBER_MAX:
-            fail("metadata_number", f"number at {_where(path)} must be within -(2^63-1)..2^63-1")
+            fail("metadata_number", f"number at {_where(path)} must be within ±(2^63-1024)")
         return value
     if type(value) is list:
         _check_depth(depth, path)
@@ -380,7 +381,7 @@ _METADATA_EXTRA: dict[str, Any] = {
     "description": (
         f"JSON object; containers nest at most {METADATA_MAX_DEPTH} levels (this object is level 1); at most "
         f"{METADATA_MAX_KEYS} keys per object, {METADATA_MAX_ITEMS} items per array, {METADATA_MAX_KEY_CHARS}-character "
-        f"keys; no NUL or lone surrogate in keys or strings; numbers finite and within -(2^63-1)..2^63-1; at most "
+        f"keys; no NUL or lone surrogate in keys or strings; numbers finite and within ±(2^63-1024); at most "
         f"{METADATA_MAX_BYTES} bytes as compact UTF-8 JSON. Stored unchanged (not normalised)."
     ),
     "x-memstream-max-bytes": METADATA_MAX_BYTES,

@@ -12,6 +12,11 @@ from pathlib import Path
 
 import httpx
 
+from services.cli_kafka_users import add_parser as add_kafka_users_parser
+from services.cli_keys import add_parser as add_keys_parser
+from services.cli_mcp import add_parser as add_mcp_parser
+from services.cli_memories import add_parser as add_memories_parser
+from services.cli_rebuild import add_parser as add_rebuild_parser
 from services.config import Settings
 
 
@@ -24,8 +29,18 @@ def _cmd_up(settings: Settings, _: argparse.Namespace) -> int:
 def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from services.runner import run_worker
 
-    run_worker(settings, with_api=args.with_api)
+    run_worker(settings, with_api=args.with_api, stages=args.stages)
     return 0
+
+
+def _stages(text: str) -> tuple[str, ...]:
+    """`--stages` names, checked while parsing: a wrong name is a usage error, before anything starts."""
+    from agents.stages import UnknownStage, parse_stages
+
+    try:
+        return parse_stages(text)
+    except UnknownStage as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _cmd_serve(settings: Settings, _: argparse.Namespace) -> int:
@@ -37,9 +52,10 @@ def _cmd_serve(settings: Settings, _: argparse.Namespace) -> int:
 
 def _cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
     from ops.topics import create_topics, load_specs
+    from services.kafka_auth import confluent_config
 
     specs = load_specs(settings.topics_file)
-    created = asyncio.run(create_topics(settings.kafka_bootstrap, specs))
+    created = asyncio.run(create_topics(settings.kafka_bootstrap, specs, confluent_config(settings)))
     print(f"{len(specs)} topics declared, {len(created)} created: {', '.join(created) or '-'}")
     return 0
 
@@ -53,22 +69,32 @@ def _cmd_migrate(settings: Settings, _: argparse.Namespace) -> int:
 
 
 def _cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
-    from services.producer import TurnProducer
+    from services.kafka_auth import confluent_config
+    from services.producer import ProduceFailed, TurnProducer
 
     source = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
     lines = [line.rstrip(b"\n") for line in source if line.strip()]
 
     async def send() -> int:
-        async with TurnProducer(settings.kafka_bootstrap) as producer:
+        async with TurnProducer(settings.kafka_bootstrap, config=confluent_config(settings)) as producer:
             return await producer.send_raw(lines)
 
-    print(f"produced {asyncio.run(send())} events to chat.turns")
+    try:
+        print(f"produced {asyncio.run(send())} events to chat.turns")
+    except ProduceFailed as exc:
+        # Some lines may be on the topic: sending them all again is safe (an event id is applied once).
+        print(f"not every event was acknowledged by {settings.kafka_bootstrap}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
 def _cmd_recall(settings: Settings, args: argparse.Namespace) -> int:
     body = {"tenant_id": args.tenant, "user_id": args.user, "query": args.query, "top_k": args.top_k}
-    response = httpx.post(f"{settings.http_base_url}/v1/recall", json=body, timeout=30)
+    from services.auth.client import client_headers
+
+    response = httpx.post(
+        f"{settings.http_base_url}/v1/recall", json=body, headers=client_headers(settings), timeout=30
+    )
     if response.status_code != 200:
         print(f"error {response.status_code}: {response.text}", file=sys.stderr)
         return 1
@@ -108,8 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("up", help="start the embedded stack (broker, Postgres, worker, read service)").set_defaults(
         func=_cmd_up
     )
-    worker = sub.add_parser("worker", help="run every agent against configured Kafka, Postgres, Qdrant")
+    worker = sub.add_parser("worker", help="run pipeline stages against configured Kafka, Postgres, Qdrant")
     worker.add_argument("--with-api", action="store_true", help="also serve the read service in this process")
+    worker.add_argument(
+        "--stages",
+        type=_stages,
+        default="all",
+        help="comma-separated stages to run, each its own consumer group: window, summarizer, embedder,"
+        " consolidator, qdrant_sink (default: all)",
+    )
     worker.set_defaults(func=_cmd_worker)
     sub.add_parser("serve", help="run the read service alone").set_defaults(func=_cmd_serve)
     topics = sub.add_parser("topics", help="topic administration")
@@ -132,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     maintain.add_argument("--tenant", help="only this tenant")
     maintain.add_argument("--user", help="only this user")
     maintain.set_defaults(func=_cmd_maintain)
+    add_keys_parser(sub)
+    add_kafka_users_parser(sub)
+    add_mcp_parser(sub)
+    add_memories_parser(sub)
+    add_rebuild_parser(sub)
     return parser
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -24,7 +26,8 @@ class Settings(BaseSettings):
     # How long the broker may hold an empty fetch; bounds each hop's latency.
     fetch_max_wait_ms: int = 100
 
-    pg_dsn: str = "postgresql://memstream@127.0.0.1:5433/memstream"
+    # No password here: the embedded stack's generated one is joined from data_dir/pgpass (see below).
+    pg_dsn: str = Field("postgresql://memstream@127.0.0.1:5433/memstream", validate_default=True)
     pg_pool_size: int = 4
     # Seconds to open a connection / wait for a free pooled one: an outage
     # must surface fast (StoreUnavailable), not hang a request or a batch.
@@ -114,6 +117,94 @@ class Settings(BaseSettings):
     embed_model: str = "text-embedding-3-small"
     embed_dimension: int = 1536
 
+    # --- authentication (issue 9; services/auth) ---
+    # "disabled" opens every /v1 route to anyone who can reach the port: local experiments only (warned at start).
+    auth: Literal["enabled", "disabled"] = "enabled"
+    # Secret of the keyed API-key hash; unset = data_dir/auth-secret, generated on first use (0600).
+    # Processes that create or check keys without sharing a data dir must all be given the same one.
+    auth_secret: SecretStr | None = None
+    # A verified (or refused) key is remembered this long: a revocation takes effect within it everywhere.
+    auth_cache_seconds: float = 5.0
+    # A key's last_used_at is written at most this often, in the background.
+    auth_touch_seconds: float = 60.0
+    # The key memstream's own clients send (memstream recall, mcp, ...); unset = data_dir/api-key.
+    api_key: SecretStr | None = None
+
+    # --- MCP server (issue 9; services/mcp_server.py) ---
+    # The memstream HTTP API the MCP tools call; unset = this machine's read service (http_host:http_port).
+    api_url: str | None = None
+    # Tenant and user a tool call acts for when it names none (an assistant serving one user).
+    mcp_tenant: str | None = None
+    mcp_user: str | None = None
+    # Where `memstream mcp --http` listens (streamable HTTP at /mcp).
+    mcp_host: str = "127.0.0.1"
+    mcp_port: int = 8765
+
+    # --- HTTP ingest (issue 9; services/api/ingest.py) ---
+    # Seconds POST /v1/turns waits for the broker's acknowledgement of every event before answering 503
+    # (also librdkafka's message timeout there); keep it below http_request_timeout.
+    ingest_ack_timeout: float = 1.5
+
+    # --- Kafka and Postgres credentials (issue 9; services/kafka_auth.py, services/pgpass.py) ---
+    # Setting the mechanism makes every Kafka client memstream creates (Faust app, aiokafka, confluent-kafka)
+    # authenticate with SASL over plaintext, and makes `memstream up` require it of every client (ops/kafka_gate.py).
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> Settings:
+        """A mechanism without its user would fail at the first connection, deep in a client: fail here."""
+        if self.kafka_sasl_mechanism and not (self.kafka_sasl_username and self.kafka_sasl_password):
+            raise ValueError("MEMSTREAM_KAFKA_SASL_MECHANISM needs MEMSTREAM_KAFKA_SASL_USERNAME and _PASSWORD")
+        return self
+
+    @field_validator("pg_dsn")
+    @classmethod
+    def _embedded_pg_password(cls, dsn: str, info: ValidationInfo) -> str:
+        """Every process (app, CLI, tests) reaches the embedded Postgres with the password `up` generated.
+
+        Only a DSN naming no password of its own, and only once data_dir/pgpass
+        exists; the DSN then names the file, never the secret, so it is safe to log.
+        """
+        from services.pgpass import with_passfile
+
+        return with_passfile(dsn, Path(info.data.get("data_dir", Path(".memstream"))))
+
+    # --- memory commands (issue 9; services/api/memory_routes.py, agents/consolidator/commands.py) ---
+    # Seconds a command may wait for the broker's acknowledgement before the route answers 503.
+    command_ack_timeout: float = 1.5
+    # `?wait=true`: seconds to wait for a command to show in Postgres and the index before answering 202
+    # instead of 200; such a request's deadline is http_request_timeout plus this.
+    command_wait_timeout: float = 5.0
+    # The deadline of an export or import (a whole user's data), instead of http_request_timeout.
+    http_transfer_timeout: float = 30.0
+
+    # --- encrypted archive (issue 10; services/archive) ---
+    # Base64 of 32 random bytes; wraps every user's data key (table user_keys). Unset = data_dir/master-key,
+    # which `memstream up` generates (0600) at its first start. Every process that writes or reads
+    # memory.archive must have the same one: losing it makes the whole archive unreadable.
+    master_key: SecretStr | None = None
+    # Unwrapped data keys a process keeps; each batch still checks Postgres, so a forgotten user's key is not used.
+    archive_key_cache_size: int = 10_000
+    # The archive reader stops once it has passed the end offsets reported at its start and then
+    # `archive_idle_seconds` go by with no record (tansu under-reports the end: see services/archive/reader.py).
+    archive_idle_seconds: float = 2.0
+    # ... and gives up (StoreUnavailable) when no record arrives this long before it reached those offsets.
+    archive_stall_seconds: float = 60.0
+
+    # --- stages that scale apart (issue 10; agents/stages.py, ops/embedded.py) ---
+    # Worker processes `memstream up` runs. 1: one process runs every stage and the read service.
+    # N > 1: the read service with the index stage (the Qdrant Edge shard's one owner) in one process,
+    # and N processes running every other stage, each stage one consumer group shared by the N.
+    # Worker i (1-based) serves its metrics on worker_metrics_port + i - 1.
+    workers: int = Field(1, ge=1, le=16)
+
+    # --- a durable embedded log (issue 10; ops/embedded.py, ops/s3store.py) ---
+    # Where `memstream up`'s tansu keeps topics and consumer offsets. s3: files under data_dir/kafka, served by
+    # ops/s3store.py, kept across restarts. memory: gone when the broker stops (topics declared again at start).
+    kafka_storage: Literal["s3", "memory"] = "s3"
+
     # Fault tests only: {"window.after_commit": 5} kills the process there (services/faults.py).
     crash_points: dict[str, int] = {}
 
@@ -132,3 +223,8 @@ class Settings(BaseSettings):
     @property
     def http_base_url(self) -> str:
         return f"http://{self.http_host}:{self.http_port}"
+
+    @property
+    def api_base_url(self) -> str:
+        """The HTTP API memstream's own clients call: MEMSTREAM_API_URL, else the local read service."""
+        return (self.api_url or self.http_base_url).rstrip("/")

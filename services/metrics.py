@@ -23,6 +23,10 @@ STAGE_LATENCY = Histogram(
 )
 BATCH_SIZE = Histogram("memstream_stage_batch_size", "Events per batch", ["stage"], buckets=_BATCH_BUCKETS)
 CONSUMER_LAG = Gauge("memstream_consumer_lag_messages", "Messages behind the log end", ["topic", "partition"])
+# Per process: how a stage's partitions spread over the processes that run it.
+ASSIGNED_PARTITIONS = Gauge(
+    "memstream_assigned_partitions", "Partitions this process holds in the stage's consumer group", ["stage"]
+)
 
 FRESHNESS = Histogram(
     "memstream_freshness_seconds",

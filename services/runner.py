@@ -1,21 +1,24 @@
-"""Process entry points: the worker (all agents), the read service, or both.
+"""Process entry points: a worker (any set of stages), the read service, or both.
 
-Both in one process is the embedded default: a Qdrant Edge shard has one owner.
+Both in one process is the embedded default: a Qdrant Edge shard has one
+owner, so the index stage (qdrant_sink) runs where the read service does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import faust
+import mode
 import uvicorn
 from prometheus_client import start_http_server
 
-from agents.app import build_app
+from agents.app import build_apps
+from agents.stages import INDEX_STAGE, STAGE_NAMES
 from services.api.app import create_app
 from services.api.health import Readiness
 from services.config import Settings
@@ -53,12 +56,41 @@ class _Worker(faust.Worker):
         await self.runtime.stop()
 
 
-def run_worker(settings: Settings, *, with_api: bool) -> None:
+class _Stages(mode.Service):
+    """A process's stage apps, started together and stopped in reverse.
+
+    Starting an app waits for its consumer group's first assignment (about
+    5 s on the embedded broker); as the worker's services they would start
+    one after another and a process running every stage would take half a
+    minute to serve. Their beacons hang under this service, so a crash in
+    any app still reaches the worker and ends the process.
+    """
+
+    def __init__(self, apps: Sequence[faust.App]) -> None:
+        self.apps = list(apps)
+        super().__init__()
+
+    async def on_start(self) -> None:
+        for app in self.apps:
+            app.beacon.reattach(self.beacon)
+        await asyncio.gather(*(app.maybe_start() for app in self.apps))
+
+    async def on_stop(self) -> None:
+        for app in reversed(self.apps):
+            await app.stop()
+
+
+def run_worker(settings: Settings, *, with_api: bool, stages: Sequence[str] = STAGE_NAMES) -> None:
+    """One Faust worker running the apps of `stages` (one consumer group each), and the read service if asked."""
     runtime = Runtime.create(settings)
-    app, _topics = build_app(settings, runtime)
-    worker = _Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+    (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
+    stage_apps = build_apps(settings, runtime, stages)
+    # The first stage's app is the worker's own (its signals, its "ready"); all start together.
+    app = stage_apps[0].app
+    worker = _Worker(app, _Stages([s.app for s in stage_apps]), loglevel=settings.log_level.upper(), quiet=True)
     worker.runtime = runtime
-    worker.loop.run_until_complete(runtime.start())
+    log.info("stages %s, consumer groups %s", ",".join(stages), ", ".join(s.app.conf.id for s in stage_apps))
+    worker.loop.run_until_complete(runtime.start(with_index=with_api or INDEX_STAGE in stages))
 
     server = _EmbeddedServer(_uvicorn_config(create_app(runtime, Readiness(runtime)), settings)) if with_api else None
     if server is not None:

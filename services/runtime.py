@@ -50,11 +50,17 @@ class Runtime:
             llm=LlmClient.from_settings(settings),
         )
 
-    async def start(self, *, with_model: bool = True) -> None:
+    async def start(self, *, with_model: bool = True, with_index: bool = True) -> None:
+        """`with_index=False` for a process that neither serves recall nor runs the index stage.
+
+        It never opens the index: an embedded Qdrant Edge shard belongs to
+        the read service's process alone.
+        """
         await migrate(self.settings.pg_dsn)
         await self.pg.open()
-        dimension = (await self.embedder()).dimension if with_model else 384
-        await self.index.ensure(dimension)
+        if with_index:
+            dimension = (await self.embedder()).dimension if with_model else 384
+            await self.index.ensure(dimension)
 
     async def embedder(self) -> Embedder:
         """Loaded once, off the event loop (building the graph takes ~1 s)."""

@@ -14,6 +14,7 @@ EMBEDDED: Final = "memory.embedded"
 COMMANDS: Final = "memory.commands"
 CHANGES: Final = "memory.changes"
 DLQ: Final = "memory.dlq"
+ARCHIVE: Final = "memory.archive"
 
 BY_ROLE: Final[dict[str, str]] = {
     "turns": TURNS,
@@ -23,4 +24,5 @@ BY_ROLE: Final[dict[str, str]] = {
     "commands": COMMANDS,
     "changes": CHANGES,
     "dlq": DLQ,
+    "archive": ARCHIVE,
 }

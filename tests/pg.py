@@ -1,4 +1,8 @@
-"""A real embedded Postgres for store tests: started once per session, a fresh database per test."""
+"""A real embedded Postgres for store tests: started once per session, a fresh database per test.
+
+It is started exactly as `memstream up` starts it, password included: every
+test connection authenticates with scram-sha-256, through data_dir/pgpass.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import psycopg
 
 from ops.embedded import Child, ensure_database, postgres_child, wait_until
 from services.config import Settings
+from services.pgpass import with_passfile
 
 
 @dataclass
@@ -72,9 +77,10 @@ def embedded_postgres(data_dir: Path) -> Iterator[PgServer]:
     settings = Settings(data_dir=data_dir, pg_dsn=f"postgresql://memstream@127.0.0.1:{port}/memstream")
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     child = postgres_child(settings, data_dir / "logs")
+    dsn = with_passfile(settings.pg_dsn, data_dir)  # the password file exists now
     child.start()
     try:
-        admin = psycopg.conninfo.make_conninfo(settings.pg_dsn, dbname="postgres", connect_timeout=2)
+        admin = psycopg.conninfo.make_conninfo(dsn, dbname="postgres", connect_timeout=2)
 
         def ready() -> bool:
             with psycopg.connect(admin) as conn:
@@ -82,7 +88,7 @@ def embedded_postgres(data_dir: Path) -> Iterator[PgServer]:
             return True
 
         wait_until(ready, 60, "test postgres")
-        yield PgServer(settings.pg_dsn, child)
+        yield PgServer(dsn, child)
     finally:
         if child.proc is not None:
             with contextlib.suppress(ProcessLookupError):

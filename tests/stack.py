@@ -46,11 +46,34 @@ class Stack:
     def app_pid(self) -> int:
         return int((self.data_dir / "run" / "app.pid").read_text())
 
+    def worker_pid(self, number: int) -> int:
+        """Worker `number` (1-based) of a stack started with MEMSTREAM_WORKERS > 1; a restart rewrites it."""
+        return int((self.data_dir / "run" / f"worker-{number}.pid").read_text())
+
+    def worker_metrics_url(self, number: int) -> str:
+        """Where worker `number` serves its metrics (the read service's process serves its own on /metrics)."""
+        return f"http://127.0.0.1:{int(self.env['MEMSTREAM_WORKER_METRICS_PORT']) + number - 1}/metrics"
+
+    @property
+    def api_key(self) -> str:
+        """The operator key `memstream up` created in the data dir (every tenant, admin)."""
+        return (self.data_dir / "api-key").read_text().strip()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"}
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Any request, with the operator key unless `headers` says otherwise."""
+        kwargs.setdefault("headers", self.headers)
+        kwargs.setdefault("timeout", 30)
+        return httpx.request(method, f"{self.base_url}{path}", **kwargs)
+
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        return httpx.post(f"{self.base_url}{path}", json=body, timeout=30)
+        return self.request("POST", path, json=body)
 
     def get(self, path: str, **params: Any) -> httpx.Response:
-        return httpx.get(f"{self.base_url}{path}", params=params, timeout=30)
+        return self.request("GET", path, params=params)
 
     def recall(self, tenant: str, user: str, query: str, **extra: Any) -> dict[str, Any]:
         response = self.post("/v1/recall", {"tenant_id": tenant, "user_id": user, "query": query, **extra})
@@ -342,9 +365,9 @@ def kill_postmaster(stack: Stack) -> int:
     return postmaster
 
 
-def app_restarts(stack: Stack) -> int:
-    """How often the supervisor restarted the app (its "app exited" lines in up.log)."""
-    return (stack.data_dir / "up.log").read_text(errors="replace").count("app exited with")
+def app_restarts(stack: Stack, name: str = "app") -> int:
+    """How often the supervisor restarted the app, or worker `worker-N` (their "exited" lines in up.log)."""
+    return (stack.data_dir / "up.log").read_text(errors="replace").count(f"{name} exited with")
 
 
 def record_fault_figures(test: str, **figures: Any) -> dict[str, Any]:

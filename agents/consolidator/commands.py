@@ -1,30 +1,62 @@
-"""commands: the consolidator's side of `memory.commands` (access marks from recall).
+"""commands: the consolidator's side of `memory.commands`, the only way a person changes memory.
 
-The read service never writes: each recall sends one AccessCommand naming
-the memories it returned, and this agent applies a batch of them in one
-Postgres transaction, once each (applied_commands), then publishes every
-changed record on `memory.changes` as `updated`, so the index payload's
-access count and last access follow.
+A batch is applied in one Postgres transaction, each user's commands in
+log order, each once (applied_commands): access marks from recall (tallied,
+one row update per memory per run of marks), manual adds, corrections,
+deletes (one, by session, by topic), forgetting a user and imports. What a
+command did is recorded with its claim (the read service's `?wait=true`
+reads it) and its changes go to `memory.changes` through the outbox of the
+same transaction, so a crash after the commit loses none. The rules are
+pure functions in agents.consolidator.command_plan.
+
+New text (an add, a correction, an imported memory without a usable
+vector) is embedded here, with the worker's model, in one batch before the
+transaction: the same model as every other memory, and a replay of the log
+re-derives the same vectors.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import ModuleType
 
 import faust
 
-from agents.stage import batched_agent, forward
+from agents.consolidator import command_plan as plan
+from agents.consolidator.apply import apply_candidate
+from agents.stage import batched_agent, send_all
 from agents.topics import Topics
-from schemas import ChangeOp, MemoryChange
-from schemas.commands import ACCESS_REASON, AccessCommand
+from schemas import ChangeOp, MemoryChange, MemoryStatus, codec, partition_key
+from schemas.commands import (
+    ACCESS_REASON,
+    AccessCommand,
+    AddMemory,
+    AnyCommand,
+    CommandMessage,
+    CorrectMemory,
+    DeleteMemory,
+    DeleteSession,
+    DeleteTopic,
+    ForgetUser,
+    ImportPart,
+    UserForgotten,
+)
+from services import topics as topic_names
 from services.runtime import Runtime
+from services.stores.postgres import Conn, OutboxMessage
 from services.stores.postgres.commands import Access, CommandStore
+from services.stores.postgres.export import write_memories, write_sessions, write_summaries, write_turns
+from services.stores.postgres.forget import forget_user
+from services.textutil import stable_id
 
 STAGE = "commands"
 _store = CommandStore()
+Published = MemoryChange | UserForgotten
 
 
 def tally(commands: list[AccessCommand]) -> list[Access]:
@@ -44,41 +76,194 @@ def tally(commands: list[AccessCommand]) -> list[Access]:
     return list(seen.values())
 
 
-async def apply_commands(rt: Runtime, batch: list[AccessCommand]) -> list[MemoryChange]:
-    """One transaction: claim the batch's new commands, mark their memories, return the changes to publish."""
+@dataclass
+class Applied:
+    """What a batch publishes, in commit order: changes (the outbox's rows) and access-only changes (sent as they are)."""
+
+    messages: list[tuple[Published, OutboxMessage | None]] = field(default_factory=list)
+
+    def outbox(self, change: Published, command_id: str) -> OutboxMessage:
+        record_part = (
+            [change.record.id, str(change.record.version)] if isinstance(change, MemoryChange) else ["forgotten"]
+        )
+        message = OutboxMessage(
+            id=stable_id("outbox", change.tenant_id, change.user_id, "command", command_id, *record_part),
+            scope=partition_key(change.tenant_id, change.user_id).decode(),
+            topic=topic_names.CHANGES,
+            key=change.key,
+            value=codec.dumps(change),
+        )
+        self.messages.append((change, message))
+        return message
+
+    def forget(self, tenant_id: str, user_id: str) -> None:
+        """A forgotten user's earlier changes in this batch are never published (their outbox rows are gone too)."""
+        self.messages = [(c, m) for c, m in self.messages if (c.tenant_id, c.user_id) != (tenant_id, user_id)]
+
+    def direct(self, changes: Sequence[MemoryChange]) -> None:
+        self.messages.extend((c, None) for c in changes)
+
+    @property
+    def changes(self) -> list[Published]:
+        return [change for change, _ in self.messages]
+
+
+async def embed_texts(rt: Runtime, commands: Sequence[AnyCommand]) -> tuple[dict[str, list[float]], str]:
+    """Every new text of the batch through the model at once: text → vector, and the model's name.
+
+    An imported memory needs one only when the document has none of this model's.
+    """
+    model = await rt.embedder()
+    texts: list[str] = []
+    for cmd in commands:
+        if isinstance(cmd, AddMemory | CorrectMemory):
+            texts.append(cmd.text)
+        elif isinstance(cmd, ImportPart) and cmd.embedding_model != model.name:
+            texts.extend(r.text for r in cmd.memories)
+        elif isinstance(cmd, ImportPart):
+            texts.extend(r.text for r in cmd.memories if r.id not in cmd.vectors)
+    unique = list(dict.fromkeys(texts))
+    if not unique:
+        return {}, model.name
+    vectors = await asyncio.to_thread(model.embed, unique)
+    return dict(zip(unique, vectors, strict=True)), model.name
+
+
+async def apply_commands(rt: Runtime, batch: list[AnyCommand]) -> Applied:
+    """One transaction: each user's commands in order, each once; returns what to publish."""
+    vectors, model = await embed_texts(rt, batch) if _needs_model(batch) else ({}, "")
     now = datetime.now(UTC)
-    by_user: dict[tuple[str, str], list[AccessCommand]] = defaultdict(list)
+    by_user: dict[tuple[str, str], list[AnyCommand]] = defaultdict(list)
     for cmd in batch:
         by_user[(cmd.tenant_id, cmd.user_id)].append(cmd)
-    changes: list[MemoryChange] = []
+    applied = Applied()
     async with rt.pg.transaction("apply_commands") as conn:
         for (tenant_id, user_id), commands in by_user.items():
-            fresh = await _store.claim(conn, tenant_id, user_id, [c.command_id for c in commands])
-            # A command repeated within the batch is claimed once and counted once.
-            new = list({c.command_id: c for c in commands if c.command_id in fresh}.values())
-            marked = await _store.mark_accessed(conn, tenant_id, user_id, tally(new), now)
-            causes = [c.command_id for c in new]
-            changes.extend(
-                MemoryChange(
-                    tenant_id=tenant_id,
-                    user_id=user_id,
-                    op=ChangeOp.UPDATED,
-                    record=record,
-                    vector=vector,
-                    cause=causes,
-                    committed_at=now,
-                    reason=ACCESS_REASON,
-                )
-                for record, vector in marked
-            )
+            marks: list[AccessCommand] = []
+            for cmd in commands:
+                if isinstance(cmd, AccessCommand):
+                    marks.append(cmd)
+                    continue
+                await _mark(conn, tenant_id, user_id, marks, now, applied)
+                marks = []
+                if await _store.claim(conn, tenant_id, user_id, [cmd.command_id]):
+                    await _apply_one(rt, conn, cmd, vectors, model, now, applied)
+            await _mark(conn, tenant_id, user_id, marks, now, applied)
+    return applied
+
+
+def _needs_model(batch: Sequence[AnyCommand]) -> bool:
+    return any(isinstance(c, AddMemory | CorrectMemory | ImportPart) for c in batch)
+
+
+async def _mark(
+    conn: Conn, tenant_id: str, user_id: str, commands: list[AccessCommand], now: datetime, applied: Applied
+) -> None:
+    """A run of access marks: claimed together, one update per memory; claims that marked nothing are dropped."""
+    if not commands:
+        return
+    fresh = await _store.claim(conn, tenant_id, user_id, [c.command_id for c in commands])
+    # A command repeated within the batch is claimed once and counted once.
+    new = list({c.command_id: c for c in commands if c.command_id in fresh}.values())
+    marked = await _store.mark_accessed(conn, tenant_id, user_id, tally(new), now)
+    if not marked:
+        await _store.release(conn, tenant_id, user_id, [c.command_id for c in new])
+    causes = [c.command_id for c in new]
+    applied.direct(
+        [plan.change(record, ChangeOp.UPDATED, vector, causes, now, ACCESS_REASON) for record, vector in marked]
+    )
+
+
+async def _apply_one(
+    rt: Runtime,
+    conn: Conn,
+    cmd: AnyCommand,
+    vectors: dict[str, list[float]],
+    model: str,
+    now: datetime,
+    applied: Applied,
+) -> None:
+    cause = [cmd.command_id]
+    changes: list[MemoryChange] = []
+    if isinstance(cmd, AddMemory):
+        item = plan.add_candidate(cmd, vectors[cmd.text], model)
+        _, changes = await apply_candidate(rt.memories, conn, item, now)
+    elif isinstance(cmd, CorrectMemory):
+        held = await rt.memories.with_vector(conn, cmd.tenant_id, cmd.user_id, cmd.memory_id)
+        if held is not None and held[0].status is MemoryStatus.ACTIVE:
+            old, new = plan.corrected(held[0], cmd, now)
+            vector = vectors[cmd.text]
+            # The old version leaves the active indexes (a keyed fact's unique one) before the new one enters.
+            await rt.memories.upsert(conn, old, None)
+            await rt.memories.upsert(conn, new, vector)
+            changes = [
+                plan.change(old, ChangeOp.SUPERSEDED, None, cause, now, "corrected"),
+                plan.change(new, ChangeOp.ADDED, vector, cause, now, "corrected"),
+            ]
+    elif isinstance(cmd, DeleteMemory | DeleteSession | DeleteTopic):
+        changes = await _delete(rt, conn, cmd, now)
+    elif isinstance(cmd, ForgetUser):
+        deleted = await forget_user(conn, cmd.tenant_id, cmd.user_id)
+        applied.forget(cmd.tenant_id, cmd.user_id)
+        gone = UserForgotten(
+            tenant_id=cmd.tenant_id, user_id=cmd.user_id, cause=cause, committed_at=now, deleted_rows=deleted
+        )
+        # After the forget: its own outbox row is the only one of the scope, deleted once it is sent.
+        await rt.outbox.add(conn, [applied.outbox(gone, cmd.command_id)])
+        return
+    elif isinstance(cmd, ImportPart):
+        changes = await _import(conn, cmd, vectors, model, now)
+    await _store.record_outcome(conn, cmd.tenant_id, cmd.user_id, cmd.command_id, plan.outcome(changes))
+    await rt.outbox.add(conn, [applied.outbox(c, cmd.command_id) for c in changes])
+
+
+async def _delete(
+    rt: Runtime, conn: Conn, cmd: DeleteMemory | DeleteSession | DeleteTopic, now: datetime
+) -> list[MemoryChange]:
+    if isinstance(cmd, DeleteMemory):
+        held = await rt.memories.with_vector(conn, cmd.tenant_id, cmd.user_id, cmd.memory_id)
+        targets = [held[0]] if held is not None and held[0].status is MemoryStatus.ACTIVE else []
+        reason = "deleted"
+    elif isinstance(cmd, DeleteSession):
+        targets = await _store.active(conn, cmd.tenant_id, cmd.user_id, session_id=cmd.session_id, lock=True)
+        reason = f"deleted with session {cmd.session_id}"
+    else:
+        rows = await _store.active(conn, cmd.tenant_id, cmd.user_id, lock=True)
+        targets = [record for record in rows if plan.matches_topic(record, cmd.topic)]
+        reason = f"deleted by topic {cmd.topic!r}"
+    changes = []
+    for target in targets:
+        gone = plan.retire(target, MemoryStatus.DELETED, cmd.at, now)
+        await rt.memories.upsert(conn, gone, None)
+        changes.append(plan.change(gone, ChangeOp.DELETED, None, [cmd.command_id], now, reason))
     return changes
+
+
+async def _import(
+    conn: Conn, cmd: ImportPart, vectors: dict[str, list[float]], model: str, now: datetime
+) -> list[MemoryChange]:
+    taken = await _store.taken(conn, cmd.tenant_id, cmd.user_id, plan.referenced_ids(cmd))
+    memories = plan.imported_memories(cmd, model, taken)
+    rows = [(i.record, i.vector if i.vector is not None else vectors[i.record.text], i.export_id) for i in memories]
+    await write_memories(conn, rows)
+    await write_turns(conn, plan.imported_turns(cmd))
+    await write_sessions(conn, cmd.tenant_id, cmd.user_id, plan.imported_sessions(cmd))
+    await write_summaries(conn, cmd.tenant_id, cmd.user_id, cmd.session_summaries)
+    cause = [cmd.command_id, cmd.import_id]
+    return [plan.change(record, plan.import_op(record), vector, cause, now, "imported") for record, vector, _ in rows]
+
+
+async def publish(rt: Runtime, topics: Topics, applied: Applied) -> None:
+    """Everything in commit order, one wait for the broker; then the outbox rows go (the relay resends leftovers)."""
+    await send_all(topics.changes, STAGE, [(change.key, codec.dumps(change)) for change in applied.changes])
+    await rt.outbox.delete([m.id for _, m in applied.messages if m is not None])
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
 
-    async def handle(batch: list[AccessCommand]) -> None:
-        await forward(topics.changes, STAGE, await apply_commands(rt, batch))
+    async def handle(batch: list[CommandMessage]) -> None:
+        await publish(rt, topics, await apply_commands(rt, [message.root for message in batch]))
 
     batched_agent(
         app,
@@ -86,7 +271,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         topics.dlq,
         s,
         stage=STAGE,
-        model=AccessCommand,
+        model=CommandMessage,
         size=s.consolidate_batch_size,
         within=s.consolidate_batch_within,
         handle=handle,

@@ -4,25 +4,41 @@ Everything here is a function of the records, their vectors and `now`, so the
 same inputs always plan the same writes (deterministic ids, no clock reads):
 that is what makes a pass idempotent and a re-run after a crash harmless.
 
+Time is the data's own: a memory's age is measured from when it was last seen
+in its timeline, `last_seen` = the later of `observed_at` and
+`last_accessed_at`, never from `created_at` (when this process happened to
+ingest it). So a replay or rebuild of old conversations ages exactly as the
+live run did, and a pass `--now` in the data's past or future means what it says.
+
 Rules of a pass, in this order, over the user's active memories:
 
-1. decay: a memory not accessed (`last_accessed_at`, else `created_at`) for
-   `decay_after` loses `decay_rate` importance, never below 0, at most once
-   per pass moment: only if it was last updated before `now` (a second pass
-   with the same `now` finds it updated at `now` and leaves it);
-2. prune: importance (after decay) below `prune_below` and unaccessed for
+1. decay: a memory not seen for `decay_after` loses `decay_rate` importance,
+   never below 0, once per pass moment (a memory already written by the pass
+   at this `now`, `updated_at == now`, is left alone);
+2. prune: importance (after decay) below `prune_below` and not seen for
    `prune_after` → status `pruned`, op `deleted`, the reason in the change;
-3. patterns: single-link clusters (connected components of the graph whose
-   edges join episodes with cosine ≥ `pattern_similarity`) among active,
-   uncompressed episodes; a cluster of ≥ `pattern_min` episodes becomes one
-   `pattern` memory, and its members get `compressed = true` (out of the
-   index, hence out of default recall, kept in Postgres);
-4. semantic: a topic term (an episode's `category` topics and its entities,
-   lower-cased) qualifies when the active episodes carrying it, counted back
-   `semantic_window` from the latest of them, come from ≥ 2 sessions; one
-   `semantic` memory per topic, superseded by a new version only when an
-   episode it does not already cover joins (losing members to a prune does
-   not churn it);
+3. patterns: complete-link agglomerative clusters of the active, uncompressed
+   episodes' vectors: the two closest clusters merge while the *least* similar
+   pair across them has cosine ≥ `pattern_similarity` (0.8), so every pair of
+   members of a cluster is that similar (one theme, no chains). A cluster of
+   ≥ `pattern_min` episodes becomes one `pattern` memory stating the shared
+   terms and its most typical member, and its members get `compressed = true`
+   (out of default recall, kept in Postgres and the index);
+4. semantic: a topic term is a content word of an episode's `category` (its
+   summary's most frequent words) that is not a name: entities are not
+   topics, and a word the user's episodes give as an entity (capitalised
+   mid-sentence) at least twice is a name (a person, a place, an interjection),
+   which says who, not what. A term qualifies when the active episodes
+   carrying it, counted back `semantic_window` from the latest of them, are
+   ≥ `semantic_min_members` (3) from ≥ 2 sessions. Qualifying terms are
+   ranked by sessions, then episodes, then how early the episodes list the
+   term (their topics come most frequent first), then the term; a term whose
+   episodes largely overlap a better-ranked topic's (Jaccard ≥ `topic_overlap`,
+   0.5) folds into it (one topic, both terms, the union of members); at most
+   `semantic_max_topics` (5) topics per user and pass are kept. One
+   `semantic` memory per topic (`key_name` = its best term), superseded by a
+   new version only when an episode it does not already cover joins (losing
+   members to a prune does not churn it);
 5. questions: an `open` question still active after the above moves to
    `deferred` when recall has surfaced it `question_max_surfaced` times
    (its `access_count`: every surfacing is an access mark) or it was asked
@@ -31,6 +47,11 @@ Rules of a pass, in this order, over the user's active memories:
    stays active (listed, in history), recall stops surfacing it, and a later
    answer still resolves it. A deferred question is never deferred again, so
    a re-run changes nothing.
+
+A pattern's or topic's provenance is its members' union: every event id, and
+their per-turn metadata (where a turn's own ids, e.g. LoCoMo's `dia_id`, live)
+bounded as the consolidator bounds any merged provenance (`recent_metadata`),
+with the synthesis entry (`memory_ids`, `session_ids`) last so it is always kept.
 """
 
 from __future__ import annotations
@@ -40,15 +61,25 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 
+from agents.consolidator.apply import recent_metadata
 from schemas import ChangeOp, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from schemas.memory import QuestionState
 from services.config import Settings
-from services.textutil import content_hash, stable_id
+from services.textutil import content_hash, content_words, stable_id
 
-PATTERN_SIMILARITY = 0.75
+PATTERN_SIMILARITY = 0.8
+SEMANTIC_MIN_MEMBERS = 3
+SEMANTIC_MIN_SESSIONS = 2
+SEMANTIC_MAX_TOPICS = 5
+TOPIC_OVERLAP = 0.5
+NAME_MENTIONS = 2
+# Similarities are compared at this precision: a re-plan over fewer rows (another matrix shape, other
+# floating-point rounding) must see the same ties and thresholds as the pass before it.
+SIMILARITY_DECIMALS = 6
 SYNTHESIZED_IMPORTANCE = 0.6
 THEME_TERMS = 5
 SNIPPET_CHARS = 200
@@ -66,6 +97,9 @@ class Rules:
     pattern_similarity: float = PATTERN_SIMILARITY
     question_max_surfaced: int = 3
     question_defer_after: timedelta = timedelta(days=30)
+    semantic_min_members: int = SEMANTIC_MIN_MEMBERS
+    semantic_max_topics: int = SEMANTIC_MAX_TOPICS
+    topic_overlap: float = TOPIC_OVERLAP
 
     @classmethod
     def from_settings(cls, s: Settings) -> Rules:
@@ -120,15 +154,17 @@ class Effect:
 # --- decay and prune -------------------------------------------------------------
 
 
-def last_access(record: MemoryRecord) -> datetime:
-    return record.last_accessed_at or record.created_at
+def last_seen(record: MemoryRecord) -> datetime:
+    """When the memory was last seen in its own timeline: observed, or recalled since."""
+    accessed = record.last_accessed_at
+    return accessed if accessed is not None and accessed > record.observed_at else record.observed_at
 
 
 def decay(record: MemoryRecord, now: datetime, rules: Rules) -> MemoryRecord | None:
     """The record with less importance, or None when this pass leaves it as it is."""
     if record.status is not MemoryStatus.ACTIVE or record.importance <= 0:
         return None
-    if now - last_access(record) < rules.decay_after or record.updated_at >= now:
+    if now - last_seen(record) < rules.decay_after or record.updated_at == now:
         return None
     importance = max(0.0, round(record.importance - rules.decay_rate, 6))
     if importance >= record.importance:  # a zero rate (or rounding) never raises importance
@@ -140,7 +176,7 @@ def prune(record: MemoryRecord, now: datetime, rules: Rules) -> MemoryRecord | N
     """The record marked pruned, or None when it is still worth keeping."""
     if record.status is not MemoryStatus.ACTIVE or record.importance >= rules.prune_below:
         return None
-    if now - last_access(record) < rules.prune_after:
+    if now - last_seen(record) < rules.prune_after:
         return None
     return record.model_copy(update={"status": MemoryStatus.PRUNED, "updated_at": now})
 
@@ -191,35 +227,59 @@ def mean_vector(vectors: Iterable[Sequence[float]]) -> Vector:
     return [float(x) for x in unit(np.mean([unit(v) for v in vectors], axis=0))]
 
 
+def similarities(vectors: Sequence[Sequence[float]]) -> np.ndarray:
+    """Pairwise cosines, symmetric and rounded (see SIMILARITY_DECIMALS)."""
+    m = np.stack([unit(v) for v in vectors])
+    sim = m @ m.T
+    rounded: np.ndarray = np.round((sim + sim.T) / 2, SIMILARITY_DECIMALS)
+    return rounded
+
+
 def clusters(vectors: Sequence[Sequence[float]], threshold: float) -> list[list[int]]:
-    """Connected components (single link) of the cosine ≥ threshold graph, as sorted index lists."""
+    """Complete-link agglomerative clusters at cosine ≥ threshold, as sorted index lists.
+
+    Repeatedly merge the two clusters whose least similar cross pair is the
+    most similar, while that pair is ≥ threshold: every two members of a
+    cluster are then that similar, so a cluster cannot chain from one subject
+    to another the way connected components do. Ties go to the lowest
+    indices, so the result depends on the vectors and their order only; and
+    dropping whole clusters from the input leaves the others as they were
+    (a re-plan after compressing a pattern's members finds nothing new).
+    Cost: a scan of the n × n matrix per merge, fine for one user's episodes.
+    """
     n = len(vectors)
     if n == 0:
         return []
-    m = np.stack([unit(v) for v in vectors])
-    linked = (m @ m.T) >= threshold
-    parent = list(range(n))
+    sim = similarities(vectors)
+    np.fill_diagonal(sim, -np.inf)
+    groups = {i: [i] for i in range(n)}
+    while True:
+        i, j = divmod(int(np.argmax(sim)), n)  # the first maximum: i < j, lowest indices first
+        if sim[i, j] < threshold:
+            break
+        # The merged cluster keeps index i; its link to any other is the weaker of its two parts'.
+        sim[i] = np.minimum(sim[i], sim[j])
+        sim[:, i] = sim[i]
+        sim[i, i] = -np.inf
+        sim[j] = -np.inf
+        sim[:, j] = -np.inf
+        groups[i] += groups.pop(j)
+    return sorted(sorted(g) for g in groups.values())
 
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
 
-    for i in range(n):
-        for j in range(i + 1, n):
-            if linked[i, j]:
-                parent[root(j)] = root(i)
-    groups: dict[int, list[int]] = {}
-    for i in range(n):
-        groups.setdefault(root(i), []).append(i)
-    return sorted(groups.values())
+def ordered_terms(record: MemoryRecord) -> list[str]:
+    """An episode's terms: the content words of its `category` (its summary's topics, most frequent first)."""
+    return list(dict.fromkeys(content_words(record.category or "")))
 
 
 def terms_of(record: MemoryRecord) -> set[str]:
-    """An episode's topic terms: its `category` topics and its entities, lower-cased."""
-    topics = (record.category or "").split(",")
-    return {t.strip().lower() for t in [*topics, *record.entities] if t.strip()}
+    return set(ordered_terms(record))
+
+
+def names(episodes: Iterable[MemoryRecord]) -> set[str]:
+    """Words the episodes give as an entity at least NAME_MENTIONS times, lower-cased: who, not what."""
+    mentions = Counter(e for r in episodes for e in {x.lower() for x in r.entities})
+    return {e for e, n in mentions.items() if n >= NAME_MENTIONS}
 
 
 def common_theme(records: Sequence[MemoryRecord]) -> list[str]:
@@ -230,15 +290,30 @@ def common_theme(records: Sequence[MemoryRecord]) -> list[str]:
     return (common or ranked[:3])[:THEME_TERMS]
 
 
-def union_provenance(members: Sequence[MemoryRecord], metadata: dict[str, object]) -> Provenance:
-    """Every member's event ids (in observation order, once), the latest member's session."""
+def union_provenance(members: Sequence[MemoryRecord], synthesis: dict[str, Any]) -> Provenance:
+    """Every member's event ids (in observation order, once) and per-turn metadata, the latest member's session.
+
+    The metadata is bounded like any merged provenance (`recent_metadata`: the
+    newest entries); the synthesis entry goes last, so it is always among them.
+    """
     ordered = sorted(members, key=lambda r: (r.observed_at, r.id))
     event_ids = list(dict.fromkeys(e for r in ordered for e in r.source.event_ids))
-    return Provenance(session_id=ordered[-1].source.session_id, event_ids=event_ids, metadata=[metadata])
+    turns = [m for r in ordered for m in r.source.metadata if "synthesized" not in m]
+    return Provenance(
+        session_id=ordered[-1].source.session_id,
+        event_ids=event_ids,
+        metadata=recent_metadata([*turns, synthesis]),
+    )
 
 
 def synthesized(
-    record_id: str, type_: MemoryType, text: str, category: str | None, members: Sequence[MemoryRecord], now: datetime
+    record_id: str,
+    type_: MemoryType,
+    text: str,
+    category: str | None,
+    members: Sequence[MemoryRecord],
+    now: datetime,
+    key_name: str | None = None,
 ) -> MemoryRecord:
     latest = max(members, key=lambda r: (r.observed_at, r.id))
     ids = sorted(r.id for r in members)
@@ -252,7 +327,7 @@ def synthesized(
         text=text,
         content_hash=content_hash(text),
         category=category,
-        key_name=category if type_ is MemoryType.SEMANTIC else None,
+        key_name=key_name,
         importance=SYNTHESIZED_IMPORTANCE,
         confidence=round(sum(r.confidence for r in members) / len(members), 6),
         status=MemoryStatus.ACTIVE,
@@ -264,36 +339,90 @@ def synthesized(
     )
 
 
-def pattern_text(theme: Sequence[str], members: Sequence[MemoryRecord]) -> str:
+def span(members: Sequence[MemoryRecord]) -> str:
+    first = min(r.observed_at for r in members).date().isoformat()
+    last = max(r.observed_at for r in members).date().isoformat()
+    return first if first == last else f"{first} to {last}"
+
+
+def typical(members: Sequence[MemoryRecord], vectors: Sequence[Sequence[float]]) -> MemoryRecord:
+    """The member closest to all the others: the highest mean cosine, the first of `members` on a tie."""
+    mean = np.round(similarities(vectors).mean(axis=1), SIMILARITY_DECIMALS)
+    return members[int(np.argmax(mean))]
+
+
+def pattern_text(theme: Sequence[str], members: Sequence[MemoryRecord], example: MemoryRecord) -> str:
     sessions = len({r.source.session_id for r in members})
     about = ", ".join(theme) or "similar conversations"
-    return f"Recurring theme across {len(members)} episodes in {sessions} sessions: {about}."
+    return (
+        f"Recurring theme across {len(members)} episodes in {sessions} sessions ({span(members)}): {about}. "
+        f"Typically: {example.text[:SNIPPET_CHARS]}"
+    )
 
 
-def pattern_of(members: Sequence[MemoryRecord], now: datetime) -> MemoryRecord:
+def pattern_of(members: Sequence[MemoryRecord], vectors: Sequence[Sequence[float]], now: datetime) -> MemoryRecord:
     first = members[0]
     record_id = stable_id(first.tenant_id, first.user_id, MemoryType.PATTERN.value, *sorted(r.id for r in members))
     theme = common_theme(members)
-    category = ", ".join(theme[:3]) or None
-    return synthesized(record_id, MemoryType.PATTERN, pattern_text(theme, members), category, members, now)
+    text = pattern_text(theme, members, typical(members, vectors))
+    return synthesized(record_id, MemoryType.PATTERN, text, ", ".join(theme[:3]) or None, members, now)
 
 
 # --- semantic topics -------------------------------------------------------------
 
 
-def topics(episodes: Sequence[MemoryRecord], window: timedelta) -> dict[str, list[MemoryRecord]]:
-    """Each qualifying topic term with its member episodes (those within `window` of its latest one)."""
+@dataclass(frozen=True)
+class Topic:
+    """A topic with real support: its best-ranked term (the key), the terms folded into it, its episodes."""
+
+    term: str
+    terms: tuple[str, ...]
+    members: tuple[MemoryRecord, ...]
+
+    @property
+    def ids(self) -> set[str]:
+        return {r.id for r in self.members}
+
+
+def sessions_of(records: Iterable[MemoryRecord]) -> int:
+    return len({r.source.session_id for r in records})
+
+
+def supported(carrying: Sequence[MemoryRecord], rules: Rules) -> list[MemoryRecord] | None:
+    """The episodes within the window of the latest one, sorted by id, if they are support enough."""
+    latest = max(r.observed_at for r in carrying)
+    members = sorted((r for r in carrying if r.observed_at >= latest - rules.semantic_window), key=lambda r: r.id)
+    if len(members) < rules.semantic_min_members or sessions_of(members) < SEMANTIC_MIN_SESSIONS:
+        return None
+    return members
+
+
+def topics(episodes: Sequence[MemoryRecord], rules: Rules) -> list[Topic]:
+    """The user's topics, best supported first: qualifying terms, overlapping ones folded, at most the cap."""
     by_term: dict[str, list[MemoryRecord]] = {}
+    who = names(episodes)
     for episode in episodes:
-        for term in terms_of(episode):
+        for term in terms_of(episode) - who:
             by_term.setdefault(term, []).append(episode)
-    found = {}
-    for term, carrying in sorted(by_term.items()):
-        latest = max(r.observed_at for r in carrying)
-        members = sorted((r for r in carrying if r.observed_at >= latest - window), key=lambda r: r.id)
-        if len({r.source.session_id for r in members}) >= 2:
-            found[term] = members
-    return found
+    qualifying = [(term, members) for term, carrying in by_term.items() if (members := supported(carrying, rules))]
+
+    def rank(found: tuple[str, list[MemoryRecord]]) -> tuple[int, int, int, str]:
+        term, members = found  # ties: the term its episodes list first, then the term itself
+        return -sessions_of(members), -len(members), sum(ordered_terms(r).index(term) for r in members), term
+
+    qualifying.sort(key=rank)
+    chosen: list[Topic] = []
+    for term, members in qualifying:
+        ids = {r.id for r in members}
+        for k, topic in enumerate(chosen):
+            if len(ids & topic.ids) >= rules.topic_overlap * len(ids | topic.ids):
+                union = {r.id: r for r in [*topic.members, *members]}
+                chosen[k] = Topic(topic.term, (*topic.terms, term), tuple(sorted(union.values(), key=lambda r: r.id)))
+                break
+        else:
+            if len(chosen) < rules.semantic_max_topics:
+                chosen.append(Topic(term, (term,), tuple(members)))
+    return chosen
 
 
 def covered(record: MemoryRecord) -> set[str]:
@@ -301,16 +430,16 @@ def covered(record: MemoryRecord) -> set[str]:
     return {i for m in record.source.metadata for i in m.get("memory_ids", [])}
 
 
-def semantic_text(topic: str, members: Sequence[MemoryRecord]) -> str:
-    ordered = sorted(members, key=lambda r: (r.observed_at, r.id))
-    sessions = len({r.source.session_id for r in members})
-    span = f"{ordered[0].observed_at.date().isoformat()} to {ordered[-1].observed_at.date().isoformat()}"
-    snippet = ordered[-1].text[:SNIPPET_CHARS]
-    return f"Recurring topic: {topic}. Discussed in {sessions} sessions ({span}). Most recently: {snippet}"
+def semantic_text(terms: Sequence[str], members: Sequence[MemoryRecord]) -> str:
+    latest = max(members, key=lambda r: (r.observed_at, r.id))
+    return (
+        f"Recurring topic: {', '.join(terms)}. Discussed in {sessions_of(members)} sessions ({span(members)}). "
+        f"Most recently: {latest.text[:SNIPPET_CHARS]}"
+    )
 
 
 def semantic_of(
-    topic: str, members: Sequence[MemoryRecord], previous: MemoryRecord | None, everything: dict[str, MemoryRecord]
+    topic: Topic, previous: MemoryRecord | None, everything: dict[str, MemoryRecord]
 ) -> tuple[list[MemoryRecord], str] | None:
     """The members of a new version of the topic's memory and its id, or None if nothing new joined.
 
@@ -318,12 +447,12 @@ def semantic_of(
     provenance is the topic's whole history, not only the latest window.
     """
     known = covered(previous) if previous is not None else set()
-    if previous is not None and {r.id for r in members} <= known:
+    if previous is not None and topic.ids <= known:
         return None
-    union = {r.id: r for r in members}
+    union = {r.id: r for r in topic.members}
     union.update({i: everything[i] for i in known if i in everything and i not in union})
-    first = members[0]
-    record_id = stable_id(first.tenant_id, first.user_id, MemoryType.SEMANTIC.value, topic, *sorted(union))
+    first = topic.members[0]
+    record_id = stable_id(first.tenant_id, first.user_id, MemoryType.SEMANTIC.value, topic.term, *sorted(union))
     return sorted(union.values(), key=lambda r: r.id), record_id
 
 
@@ -349,13 +478,13 @@ def plan_user(
     plan.vectors.update(vectors)
     for record in records:
         if (changed := decay(record, now, rules)) is not None:
-            plan.touch(changed, "decayed", f"decay: unaccessed for {rules.decay_after.days} days")
+            plan.touch(changed, "decayed", f"decay: not seen for {_days(rules.decay_after)}")
     for record in list(plan.active()):
         if (changed := prune(record, now, rules)) is not None:
             plan.touch(
                 changed,
                 "pruned",
-                f"prune: importance below {rules.prune_below} and unaccessed for {rules.prune_after.days} days",
+                f"prune: importance below {rules.prune_below} and not seen for {_days(rules.prune_after)}",
             )
     _patterns(plan, taken, now, rules)
     _semantics(plan, taken, now, rules, members_by_id or {})
@@ -371,15 +500,15 @@ def _episodes(plan: Plan) -> list[MemoryRecord]:
 
 def _patterns(plan: Plan, taken: set[str], now: datetime, rules: Rules) -> None:
     candidates = [r for r in _episodes(plan) if not r.compressed and plan.vectors.get(r.id) is not None]
-    groups = clusters([plan.vectors[r.id] or [] for r in candidates], rules.pattern_similarity)
-    for group in groups:
+    vectors = [plan.vectors[r.id] or [] for r in candidates]
+    for group in clusters(vectors, rules.pattern_similarity):
         if len(group) < rules.pattern_min:
             continue
         members = [candidates[i] for i in group]
-        pattern = pattern_of(members, now)
+        pattern = pattern_of(members, [vectors[i] for i in group], now)
         if pattern.id in taken:
             continue
-        plan.vectors[pattern.id] = mean_vector(plan.vectors[r.id] or [] for r in members)
+        plan.vectors[pattern.id] = mean_vector(vectors[i] for i in group)
         plan.touch(pattern, "patterns", f"pattern of {len(members)} similar episodes")
         for member in members:
             compressed = plan.current(member.id).model_copy(update={"compressed": True, "updated_at": now})
@@ -390,18 +519,19 @@ def _semantics(plan: Plan, taken: set[str], now: datetime, rules: Rules, inactiv
     active = plan.active()
     previous = {r.key_name: r for r in active if r.type is MemoryType.SEMANTIC and r.key_name}
     everything = {**inactive, **{r.id: r for r in active}}
-    for topic, members in topics(_episodes(plan), rules.semantic_window).items():
-        old = previous.get(topic)
-        planned = semantic_of(topic, members, old, everything)
+    for topic in topics(_episodes(plan), rules):
+        old = previous.get(topic.term)
+        planned = semantic_of(topic, old, everything)
         if planned is None or planned[1] in taken:
             continue
         union, record_id = planned
         with_vectors = [v for r in union if (v := plan.vectors.get(r.id)) is not None]
         if not with_vectors:
             continue  # nothing to index it by: better absent than active and unfindable
-        record = synthesized(record_id, MemoryType.SEMANTIC, semantic_text(topic, union), topic, union, now)
+        text = semantic_text(topic.terms, union)
+        record = synthesized(record_id, MemoryType.SEMANTIC, text, ", ".join(topic.terms), union, now, topic.term)
         plan.vectors[record.id] = mean_vector(with_vectors)
-        plan.touch(record, "semantic", f"topic '{topic}' across {len({r.source.session_id for r in union})} sessions")
+        plan.touch(record, "semantic", f"topic '{topic.term}' across {sessions_of(union)} sessions")
         if old is not None:
             superseded = plan.current(old.id).model_copy(
                 update={
@@ -411,7 +541,7 @@ def _semantics(plan: Plan, taken: set[str], now: datetime, rules: Rules, inactiv
                     "updated_at": now,
                 }
             )
-            plan.touch(superseded, "semantic_superseded", f"topic '{topic}' has a new version {record.id}")
+            plan.touch(superseded, "semantic_superseded", f"topic '{topic.term}' has a new version {record.id}")
 
 
 def _effects(plan: Plan) -> list[Effect]:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from agents.maintenance.logic import Effect, Rules, plan_user
+from agents.maintenance.synthesis import Synthesis, new_topics, with_texts, worded
 from schemas import MemoryChange, codec, partition_key
 from services import topics
 from services.stores.postgres import MemoryWriter, Outbox, OutboxMessage, PgPool
@@ -50,13 +51,34 @@ def outbox_message(change: MemoryChange) -> OutboxMessage:
     )
 
 
+async def _worded_topics(
+    pool: PgPool, tenant_id: str, user_id: str, now: datetime, rules: Rules, synthesis: Synthesis
+) -> dict[str, str]:
+    """The model's wording of the topics this pass will add, planned on a plain read (no row locks held)."""
+    async with pool.connection("maintenance_plan") as conn:
+        rows = await load_user(conn, tenant_id, user_id)
+    effects, _ = plan_user(rows.records, rows.vectors, rows.synthesized, now, rules)
+    if not new_topics(effects):
+        return {}
+    return await worded(effects, {r.id: r.text for r in rows.records}, synthesis)
+
+
 async def maintain_user(
-    pool: PgPool, outbox: Outbox, tenant_id: str, user_id: str, now: datetime, rules: Rules
+    pool: PgPool,
+    outbox: Outbox,
+    tenant_id: str,
+    user_id: str,
+    now: datetime,
+    rules: Rules,
+    synthesis: Synthesis | None = None,
 ) -> tuple[list[OutboxMessage], Counter[str]]:
+    """`synthesis` (the LLM's) words new semantic memories; without it they keep the rule text."""
+    texts = {} if synthesis is None else await _worded_topics(pool, tenant_id, user_id, now, rules, synthesis)
     writer = MemoryWriter()
     async with pool.transaction("maintenance") as conn:
         rows = await load_user(conn, tenant_id, user_id)
         effects, counts = plan_user(rows.records, rows.vectors, rows.synthesized, now, rules)
+        effects = with_texts(effects, texts)
         # Superseded and pruned rows first: a new version never meets its predecessor's active row.
         for effect in sorted(effects, key=lambda e: e.record.status.value == "active"):
             await writer.upsert(conn, effect.record, effect.vector)
@@ -74,12 +96,13 @@ async def run_pass(
     publish: Publish,
     tenant_id: str | None = None,
     user_id: str | None = None,
+    synthesis: Synthesis | None = None,
 ) -> Counter[str]:
     """Tend every user in scope; counts per effect (decayed, pruned, patterns, compressed, semantic, ...)."""
     totals: Counter[str] = Counter()
     users = await users_with_active_memories(pool, tenant_id, user_id)
     for tenant, user in users:
-        messages, counts = await maintain_user(pool, outbox, tenant, user, now, rules)
+        messages, counts = await maintain_user(pool, outbox, tenant, user, now, rules, synthesis)
         await publish(messages)
         totals.update(counts)
     totals["users"] = len(users)

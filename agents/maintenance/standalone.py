@@ -9,12 +9,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from agents.dlq import DeadLetters
 from agents.maintenance.logic import Rules
 from agents.maintenance.run import run_pass
+from agents.maintenance.synthesis import LLM_INVALID_OUTPUT, llm_synthesis
+from services import topics
 from services.config import Settings
+from services.kafka_auth import aiokafka_kwargs
+from services.llm import LlmClient
 from services.stores.postgres import Outbox, OutboxMessage, PgPool, migrate
 
 
@@ -27,12 +33,13 @@ async def maintain_once(settings: Settings, now: datetime, tenant_id: str | None
         pool_timeout=settings.pg_pool_timeout,
     )
     outbox = Outbox(pool)
-    # No idempotent producer: the embedded broker rejects InitProducerId (see services.producer).
+    # aiokafka's idempotent producer fails against the embedded broker; outbox rows make re-sends harmless.
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap,
         acks="all",
         linger_ms=5,
         max_request_size=settings.max_message_bytes + 64 * 1024,
+        **aiokafka_kwargs(settings),
     )
 
     async def publish(messages: Sequence[OutboxMessage]) -> None:
@@ -43,10 +50,34 @@ async def maintain_once(settings: Settings, now: datetime, tenant_id: str | None
             await fut
         await outbox.delete([m.id for m in unique])
 
+    llm = LlmClient.from_settings(settings)
+    synthesis = None
+    if llm is not None:
+        dlq = DeadLetters(_ProducerTopic(producer, topics.DLQ), settings.max_message_bytes)
+
+        async def dead_letter(key: bytes, value: bytes, error: str) -> None:
+            await dlq.send_value(key, value, stage="maintenance", reason=LLM_INVALID_OUTPUT, error=error)
+
+        synthesis = llm_synthesis(llm, dead_letter)
+
     await pool.open()
     await producer.start()
     try:
-        return await run_pass(pool, outbox, Rules.from_settings(settings), now, publish, tenant_id, user_id)
+        rules = Rules.from_settings(settings)
+        return await run_pass(pool, outbox, rules, now, publish, tenant_id, user_id, synthesis)
     finally:
         await producer.stop()
         await pool.close()
+        if llm is not None:
+            await llm.close()
+
+
+class _ProducerTopic:
+    """memory.dlq as DeadLetters sees a topic, over this command's own producer."""
+
+    def __init__(self, producer: AIOKafkaProducer, name: str) -> None:
+        self._producer = producer
+        self._name = name
+
+    async def send(self, *, key: bytes | None, value: bytes | None, headers: dict[str, bytes]) -> Any:
+        return await self._producer.send(self._name, key=key, value=value, headers=list(headers.items()))

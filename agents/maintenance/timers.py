@@ -15,14 +15,17 @@ from datetime import UTC, datetime, timedelta
 
 import faust
 
+from agents.dlq import DeadLetters
 from agents.housekeeping import survive
 from agents.maintenance.idle import close_idle_sessions
 from agents.maintenance.logic import Rules
 from agents.maintenance.run import run_pass
+from agents.maintenance.synthesis import LLM_INVALID_OUTPUT, Synthesis, llm_synthesis
 from agents.outbox import publish
 from agents.stage import forward
 from agents.topics import Topics
 from schemas import SessionEvent
+from services import metrics
 from services import topics as topic_names
 from services.config import Settings
 from services.runtime import Runtime
@@ -46,8 +49,18 @@ def register(app: faust.App, settings: Settings, rt: Runtime, topics: Topics) ->
     async def send_ends(events: Sequence[SessionEvent]) -> None:
         await forward(topics.turns, "idle_sessions", events)
 
+    synthesis: Synthesis | None = None
+    if rt.llm is not None:
+        dlq = DeadLetters(topics.dlq, settings.max_message_bytes)
+        metrics.DLQ.labels(stage=STAGE, reason=LLM_INVALID_OUTPUT)
+
+        async def dead_letter(key: bytes, value: bytes, error: str) -> None:
+            await dlq.send_value(key, value, stage=STAGE, reason=LLM_INVALID_OUTPUT, error=error)
+
+        synthesis = llm_synthesis(rt.llm, dead_letter)
+
     async def maintain_once() -> None:
-        await run_pass(rt.pg, rt.outbox, rules, datetime.now(UTC), publish_changes)
+        await run_pass(rt.pg, rt.outbox, rules, datetime.now(UTC), publish_changes, synthesis=synthesis)
 
     async def close_once() -> None:
         closed = await close_idle_sessions(

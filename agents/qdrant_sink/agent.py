@@ -2,10 +2,13 @@
 
 Only active memories live in the index; any other status removes the point.
 The last change of a record in a batch wins (changes are ordered per user).
+A forgotten user (UserForgotten) loses every point of their scope, after the
+changes that came before it and before those that come after.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,7 +17,7 @@ import faust
 from agents.stage import batched_agent
 from agents.topics import Topics
 from schemas import MemoryChange, MemoryRecord, MemoryStatus
-from schemas.commands import ACCESS_REASON
+from schemas.commands import ACCESS_REASON, ChangeMessage, UserForgotten
 from services import metrics
 from services.faults import crash_point
 from services.runtime import Runtime
@@ -65,7 +68,21 @@ def plan(changes: list[MemoryChange], sparse: Any) -> tuple[list[IndexedMemory],
     return upserts, deletes
 
 
-async def apply_changes(rt: Runtime, changes: list[MemoryChange]) -> None:
+async def apply_changes(rt: Runtime, changes: Sequence[MemoryChange | UserForgotten]) -> None:
+    """Runs of record changes, each collapsed; a forgotten user's scope is emptied where it stands in the batch."""
+    run: list[MemoryChange] = []
+    for change in changes:
+        if isinstance(change, UserForgotten):
+            await _apply_run(rt, run)
+            run = []
+            await rt.index.delete_scope(change.tenant_id, change.user_id)
+            metrics.EVENTS_OUT.labels(stage=STAGE, topic="qdrant").inc()
+        else:
+            run.append(change)
+    await _apply_run(rt, run)
+
+
+async def _apply_run(rt: Runtime, changes: list[MemoryChange]) -> None:
     upserts, deletes = plan(changes, rt.bm25.document)
     await rt.index.upsert(upserts)
     await rt.index.delete(deletes)
@@ -79,8 +96,8 @@ async def apply_changes(rt: Runtime, changes: list[MemoryChange]) -> None:
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
 
-    async def handle(changes: list[MemoryChange]) -> None:
-        await apply_changes(rt, changes)
+    async def handle(messages: list[ChangeMessage]) -> None:
+        await apply_changes(rt, [message.root for message in messages])
         crash_point(s, "qdrant_sink.after_index")
 
     batched_agent(
@@ -89,7 +106,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         topics.dlq,
         s,
         stage=STAGE,
-        model=MemoryChange,
+        model=ChangeMessage,
         size=s.consolidate_batch_size,
         within=s.consolidate_batch_within,
         handle=handle,

@@ -7,6 +7,10 @@ Rule extraction runs here, inline, inside the same transaction as the archive
 write: only a turn the archive accepts (not a redelivery, not a different
 message reusing a known event id) yields candidates, and candidates, evicted
 chunks and the window state commit together through the outbox.
+
+Every accepted turn and session end is also sealed with its user's data key
+for memory.archive (services/archive), through the same outbox: a crash
+neither loses an archive record nor seals an event twice.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from agents.outbox import publish
 from agents.stage import HANDLING_REASONS, deliver, span
 from agents.topics import Topics
 from agents.window.logic import WindowLimits, append_turn, window_tokens
-from agents.window.outgoing import candidate_messages, evicted_messages, scope_of
+from agents.window.outgoing import archive_messages, candidate_messages, evicted_messages, scope_of
 from schemas import SessionEvent, TurnEvent
 from services import metrics
+from services.archive import KeyStore
 from services.errors import InvalidEvent
 from services.faults import crash_point
 from services.runtime import Runtime
@@ -36,30 +41,44 @@ CONFLICT_REASON = "conflicting_duplicate"
 
 
 async def handle_events(
-    rt: Runtime, events: list[TurnEvent | SessionEvent], limits: WindowLimits
+    rt: Runtime, events: list[TurnEvent | SessionEvent], limits: WindowLimits, keys: KeyStore | None = None
 ) -> list[OutboxMessage]:
     """One transaction for a batch: turns and session ends in order, their messages in the outbox.
 
     If any event in the batch fails, the whole transaction rolls back and
-    `deliver` retries the events one at a time.
+    `deliver` retries the events one at a time. With `keys`, the accepted
+    events are archived too (one key lookup for the batch); a rebuild that
+    replays memory.archive passes none, so it does not archive them again.
     """
     messages: list[OutboxMessage] = []
+    accepted: list[TurnEvent | SessionEvent] = []
     async with rt.pg.transaction("window_batch") as conn:
         for event in events:
             if isinstance(event, TurnEvent):
-                messages += await handle_turn(rt, conn, event, limits)
+                sent, new = await handle_turn(rt, conn, event, limits)
             else:
-                messages += await handle_session_end(rt, conn, event)
+                sent, new = await handle_session_end(rt, conn, event)
+            messages += sent
+            if new:
+                accepted.append(event)
+        if keys is not None and accepted:
+            archived = archive_messages(
+                accepted, await keys.for_writing(conn, {(e.tenant_id, e.user_id) for e in accepted})
+            )
+            await rt.outbox.add(conn, archived)
+            messages += archived
     return messages
 
 
-async def handle_turn(rt: Runtime, conn: Conn, turn: TurnEvent, limits: WindowLimits) -> list[OutboxMessage]:
-    """The messages to send for this turn: its own, or those a crash left unsent."""
+async def handle_turn(
+    rt: Runtime, conn: Conn, turn: TurnEvent, limits: WindowLimits
+) -> tuple[list[OutboxMessage], bool]:
+    """The messages to send for this turn (its own, or those a crash left unsent) and whether it was new."""
     archived = await rt.windows.archive_turn(conn, turn)
     if archived is Archived.CONFLICT:
         raise InvalidEvent(CONFLICT_REASON, f"event_id {turn.event_id!r} is known with different content")
     if archived is Archived.DUPLICATE:
-        return await rt.outbox.pending(conn, scope_of(turn.tenant_id, turn.user_id))
+        return await rt.outbox.pending(conn, scope_of(turn.tenant_id, turn.user_id)), False
     state = await rt.windows.load_window(conn, turn.tenant_id, turn.user_id, turn.session_id)
     update = append_turn(state.turns, turn, limits)
     # A new turn after session_end reopens the session with a fresh window.
@@ -70,20 +89,20 @@ async def handle_turn(rt: Runtime, conn: Conn, turn: TurnEvent, limits: WindowLi
         turn, update.evicted, reason="trimmed", max_bytes=rt.settings.max_message_bytes
     )
     await rt.outbox.add(conn, messages)
-    return messages
+    return messages, True
 
 
-async def handle_session_end(rt: Runtime, conn: Conn, event: SessionEvent) -> list[OutboxMessage]:
-    """The rest of the window goes to the summarizer; the window empties. Once."""
+async def handle_session_end(rt: Runtime, conn: Conn, event: SessionEvent) -> tuple[list[OutboxMessage], bool]:
+    """The rest of the window goes to the summarizer; the window empties. Once (the flag: this time)."""
     state = await rt.windows.load_window(conn, event.tenant_id, event.user_id, event.session_id)
     if state.closed or state.end_event_id == event.event_id:
-        return await rt.outbox.pending(conn, scope_of(event.tenant_id, event.user_id))
+        return await rt.outbox.pending(conn, scope_of(event.tenant_id, event.user_id)), False
     await rt.windows.save_window(
         conn, event.tenant_id, event.user_id, event.session_id, [], 0, closed_at=event.ts, end_event_id=event.event_id
     )
     messages = evicted_messages(event, state.turns, reason="session_end", max_bytes=rt.settings.max_message_bytes)
     await rt.outbox.add(conn, messages)
-    return messages
+    return messages, True
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
@@ -91,11 +110,13 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     limits = WindowLimits(s.window_max_tokens, s.window_max_turns, s.window_keep_last)
     dlq = DeadLetters(topics.dlq, s.max_message_bytes)
     by_name = topics.by_name()
+    # The archive's writer may generate the master key (data_dir/master-key) when none is configured.
+    keys = KeyStore.from_settings(rt.pg, s, create_master=True)
     for reason in (*REASONS, CONFLICT_REASON, *HANDLING_REASONS):  # zero series, so increase() counts the first
         metrics.DLQ.labels(stage=STAGE, reason=reason)
 
     async def apply(events: list[TurnEvent | SessionEvent]) -> None:
-        messages = await handle_events(rt, events, limits)
+        messages = await handle_events(rt, events, limits, keys)
         crash_point(s, "window.after_commit")
         await publish(rt, by_name, STAGE, messages, on_sent=lambda: crash_point(s, "window.after_publish"))
 

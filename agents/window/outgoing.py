@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from agents.rules.candidates import candidates_for_turn
 from agents.window.logic import split_by_size
 from schemas import EvictedChunk, SessionEvent, TurnEvent, codec, partition_key
 from services import topics
+from services.archive.codec import DataKey, seal
 from services.stores.postgres import OutboxMessage
 from services.textutil import stable_id
 
@@ -58,4 +60,24 @@ def candidate_messages(turn: TurnEvent) -> list[OutboxMessage]:
             value=codec.dumps(candidate),
         )
         for i, candidate in enumerate(candidates_for_turn(turn))
+    ]
+
+
+def archive_messages(
+    events: Sequence[TurnEvent | SessionEvent], keys: Mapping[tuple[str, str], DataKey]
+) -> list[OutboxMessage]:
+    """memory.archive records of accepted events, each sealed with its user's key from `keys`.
+
+    Sealed once, when the event is accepted: the outbox row keeps the
+    ciphertext, so a resend after a crash sends the same bytes.
+    """
+    return [
+        OutboxMessage(
+            id=stable_id("outbox", event.tenant_id, event.user_id, event.event_id, "archive"),
+            scope=scope_of(event.tenant_id, event.user_id),
+            topic=topics.ARCHIVE,
+            key=event.key,
+            value=seal(keys[(event.tenant_id, event.user_id)], event),
+        )
+        for event in events
     ]

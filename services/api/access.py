@@ -22,6 +22,8 @@ from prometheus_client import Counter
 from schemas import dumps
 from schemas.commands import AccessCommand
 from services import topics
+from services.config import Settings
+from services.kafka_auth import aiokafka_kwargs
 from services.textutil import stable_id
 
 log = logging.getLogger(__name__)
@@ -44,11 +46,17 @@ class Producer(Protocol):
     async def send(self, topic: str, value: bytes, key: bytes) -> Any: ...
 
 
-def kafka_producer(bootstrap: str) -> Producer:
+def kafka_producer(settings: Settings) -> Producer:
     from aiokafka import AIOKafkaProducer
 
     # acks=1: a mark is worth one broker round trip, not a wait for replicas.
-    producer: Producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, request_timeout_ms=5000)
+    producer: Producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        acks=1,
+        linger_ms=5,
+        request_timeout_ms=5000,
+        **aiokafka_kwargs(settings),
+    )
     return producer
 
 

@@ -13,22 +13,27 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, HTTPException, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from schemas import MemoryStatus, MemoryType
 from services import metrics
-from services.api import errors
+from services.api import docs, errors
 from services.api.access import AccessMarks, kafka_producer
+from services.api.auth import install as install_auth
 from services.api.health import Readiness
+from services.api.ingest import router as ingest_router
 from services.api.jsonbody import StrictJsonRoute
-from services.api.limits import BodyLimit, Deadline, RequestContext
+from services.api.limits import BodyLimit, Deadline, RequestContext, request_budget
+from services.api.memory_routes import memory_router
 from services.api.models import (
+    Health,
     History,
     Limit,
     MemoryIdPath,
     MemoryList,
     Offset,
+    ReadyStatus,
     RecallRequest,
     RecallResponse,
     SessionPath,
@@ -49,24 +54,40 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     `lifespan="off"` its task ends with the event loop (marks are best effort).
     """
     settings = rt.settings
-    access = marks or AccessMarks(lambda: kafka_producer(settings.kafka_bootstrap))
+    access = marks or AccessMarks(lambda: kafka_producer(settings))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         await access.close()
 
-    app = FastAPI(title="memstream", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(
+        title="memstream", version="0.1.0", description=docs.DESCRIPTION, openapi_tags=docs.TAGS, lifespan=lifespan
+    )
     app.state.access_marks = access
     app.router.route_class = StrictJsonRoute
     errors.install(app)
+    install_auth(app, settings, rt.pg)  # before any route: every /v1 route needs an API key
     # add_middleware puts each new layer outside the previous ones.
-    app.add_middleware(Deadline, seconds=settings.http_request_timeout)
+    app.add_middleware(
+        Deadline,
+        seconds=settings.http_request_timeout,
+        budget=lambda scope: request_budget(
+            scope, settings.http_request_timeout, settings.command_wait_timeout, settings.http_transfer_timeout
+        ),
+    )
     app.add_middleware(BodyLimit, max_bytes=settings.http_max_body_bytes)
     app.add_middleware(RequestContext)
     weights = Weights()
+    app.include_router(ingest_router(settings))
+    app.include_router(memory_router(rt))
 
-    @app.post("/v1/recall", response_model=RecallResponse)
+    @app.post(
+        "/v1/recall",
+        response_model=RecallResponse,
+        tags=[docs.RECALL],
+        summary="Recall what memory holds for a user, ranked and packed into a token budget",
+    )
     async def recall_route(body: RecallRequest) -> RecallResponse:
         started = time.perf_counter()
         try:
@@ -74,7 +95,12 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
         finally:
             metrics.RECALL_LATENCY.observe(time.perf_counter() - started)
 
-    @app.get("/v1/users/{user_id}/memories", response_model=MemoryList)
+    @app.get(
+        "/v1/users/{user_id}/memories",
+        response_model=MemoryList,
+        tags=[docs.MEMORIES],
+        summary="List a user's memories, filtered by type and status",
+    )
     async def list_memories(
         user_id: UserPath,
         tenant_id: TenantQ,
@@ -86,31 +112,54 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
         found = await rt.reads.list_memories(tenant_id, user_id, type_=type, status=status, limit=limit, offset=offset)
         return MemoryList(memories=found)
 
-    @app.get("/v1/users/{user_id}/memories/{memory_id}/history", response_model=History)
+    @app.get(
+        "/v1/users/{user_id}/memories/{memory_id}/history",
+        response_model=History,
+        tags=[docs.MEMORIES],
+        summary="A memory's versions: what it superseded and what superseded it",
+        responses=errors.responses(404),
+    )
     async def history(user_id: UserPath, memory_id: MemoryIdPath, tenant_id: TenantQ) -> History:
         chain = await rt.reads.history(tenant_id, user_id, memory_id)
         if not chain:
             raise HTTPException(status_code=404, detail=f"no memory {memory_id} for this tenant and user")
         return History(memory_id=memory_id, chain=chain)
 
-    @app.get("/v1/sessions/{session_id}/working", response_model=WorkingWindow)
+    @app.get(
+        "/v1/sessions/{session_id}/working",
+        response_model=WorkingWindow,
+        tags=[docs.SESSIONS],
+        summary="A session's working window: its recent turns",
+        responses=errors.responses(404),
+    )
     async def working_route(session_id: SessionPath, tenant_id: TenantQ, user_id: UserQ) -> WorkingWindow:
         window = await working(rt, tenant_id, user_id, session_id)
         if window is None:
             raise HTTPException(status_code=404, detail=f"no session {session_id} for this tenant and user")
         return window
 
-    @app.get("/healthz")
+    @app.get("/healthz", response_model=Health, tags=[docs.OPERATIONS], summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz")
+    @app.get(
+        "/readyz",
+        response_model=ReadyStatus,
+        tags=[docs.OPERATIONS],
+        summary="Readiness: Kafka, Postgres and the index answer",
+        responses={503: {"model": ReadyStatus, "description": "A dependency did not answer in time"}},
+    )
     async def readyz() -> JSONResponse:
         checks = await readiness.check()
         ok = all(checks.values())
         return JSONResponse(status_code=200 if ok else 503, content={"ready": ok, "checks": checks})
 
-    @app.get("/metrics")
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        tags=[docs.OPERATIONS],
+        summary="Prometheus metrics (text exposition format)",
+    )
     async def metrics_route() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 

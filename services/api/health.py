@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from aiokafka import AIOKafkaClient
 
+from services.kafka_auth import aiokafka_kwargs
 from services.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,10 @@ class Readiness:
     async def _kafka(self) -> bool:
         """A fresh client per probe, so a broker that comes back is seen; bounded by the deadline."""
         timeout_ms = max(100, int(self.deadline * 1000))
-        client = AIOKafkaClient(bootstrap_servers=self._rt.settings.kafka_bootstrap, request_timeout_ms=timeout_ms)
+        settings = self._rt.settings
+        client = AIOKafkaClient(
+            bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=timeout_ms, **aiokafka_kwargs(settings)
+        )
         try:
             await client.bootstrap()
             return True

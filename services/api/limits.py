@@ -11,6 +11,8 @@ import asyncio
 import logging
 import re
 import uuid
+from collections.abc import Callable
+from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -125,6 +127,20 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+def request_budget(scope: Scope, base: float, wait: float, transfer: float) -> float:
+    """The deadline of one request: `?wait=true` adds the wait for its effect; export and import move a whole user."""
+    path = str(scope.get("path", ""))
+    if path.endswith(("/export", "/import")):
+        return max(base, transfer)
+    query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
+    if any(v.lower() in _TRUE for v in query.get("wait", [])):
+        return base + wait
+    return base
+
+
 class Deadline:
     """`/v1` requests not answered within `seconds` get 503 with Retry-After.
 
@@ -134,10 +150,14 @@ class Deadline:
     the abandoned task sends later is dropped.
     """
 
-    def __init__(self, app: ASGIApp, seconds: float, prefix: str = "/v1/") -> None:
+    def __init__(
+        self, app: ASGIApp, seconds: float, prefix: str = "/v1/", budget: Callable[[Scope], float] | None = None
+    ) -> None:
+        """`budget(scope)` gives a request its own deadline (a write that waits for its effect, an export)."""
         self.app = app
         self.seconds = seconds
         self.prefix = prefix
+        self.budget = budget
         # The loop holds tasks weakly: abandoned ones are kept here until they end.
         self._abandoned: set[asyncio.Task[None]] = set()
 
@@ -161,7 +181,8 @@ class Deadline:
 
         task = asyncio.create_task(handle())
         try:
-            done, _ = await asyncio.wait({task}, timeout=self.seconds)
+            timeout = self.seconds if self.budget is None else self.budget(scope)
+            done, _ = await asyncio.wait({task}, timeout=timeout)
         except asyncio.CancelledError:
             task.cancel()
             raise

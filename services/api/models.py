@@ -14,12 +14,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Path, Query
+from fastapi.openapi.models import Example
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
 from schemas import Identifier, MemoryRecord, MemoryType
 from schemas.memory import MemoryId, MemoryLayer
-from schemas.validation import has_surrogate
+from schemas.validation import Timestamp, has_surrogate
 
 QUERY_MAX_CHARS = 8_000
 MAX_OFFSET = 1_000_000
@@ -36,84 +38,239 @@ def _free_text(value: str) -> str:
 
 QueryText = Annotated[str, StringConstraints(min_length=1, max_length=QUERY_MAX_CHARS), AfterValidator(_free_text)]
 
+
+def _example(value: str) -> dict[str, Example]:
+    """A parameter-level example: an `Identifier`'s own JSON Schema replaces any `examples` beside it."""
+    return {"example": {"value": value}}
+
+
 # Path and query parameters of the memory routes.
-TenantQ = Annotated[Identifier, Query(description="Tenant that owns the memory")]
-UserQ = Annotated[Identifier, Query(description="User whose memory it is")]
-UserPath = Annotated[Identifier, Path(description="User whose memory it is")]
-SessionPath = Annotated[Identifier, Path(description="Session id")]
-MemoryIdPath = Annotated[MemoryId, Path(description="Memory id (a UUID)")]
-Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
+TenantQ = Annotated[
+    Identifier,
+    Query(description="Tenant that owns the memory (the API key's tenant)", openapi_examples=_example("acme")),
+]
+UserQ = Annotated[Identifier, Query(description="User whose memory it is", openapi_examples=_example("u-42"))]
+UserPath = Annotated[Identifier, Path(description="User whose memory it is", openapi_examples=_example("u-42"))]
+SessionPath = Annotated[
+    Identifier, Path(description="Session id, as sent on `chat.turns`", openapi_examples=_example("s-7"))
+]
+MemoryIdPath = Annotated[
+    MemoryId, Path(description="Memory id (a UUID)", openapi_examples=_example("0e5c2d6e-7f1a-4c3b-9d2e-5a6b7c8d9e0f"))
+]
+Limit = Annotated[int, Query(ge=1, le=1000, description="Most memories to return")]
+Offset = Annotated[
+    int, Query(ge=0, le=MAX_OFFSET, description="Memories to skip, in the listing's order (oldest observed first)")
+]
 
 
 class RecallRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"tenant_id": "acme", "user_id": "u-42", "query": "what coffee does the user like?", "top_k": 5}
+            ]
+        },
+    )
 
-    tenant_id: Identifier
-    user_id: Identifier
-    query: QueryText
+    tenant_id: Identifier = Field(description="Tenant that owns the memory (the API key's tenant)")
+    user_id: Identifier = Field(description="User whose memory is asked")
+    query: QueryText = Field(description="What the assistant is about to answer; matched by meaning and by words")
     # Strict: "5", 5.0 and true are type errors, not quietly a number.
-    top_k: int = Field(default=10, ge=1, le=100, strict=True)
-    token_budget: int = Field(default=2_000, ge=1, le=64_000, strict=True)
-    session_id: Identifier | None = None
-    types: list[MemoryType] | None = None
+    top_k: int = Field(default=10, ge=1, le=100, strict=True, description="Most memories to return")
+    token_budget: int = Field(
+        default=2_000, ge=1, le=64_000, strict=True, description="Tokens the `prompt` block may take"
+    )
+    session_id: Identifier | None = Field(
+        default=None, description="The current session: its working window comes back as `working`"
+    )
+    types: list[MemoryType] | None = Field(default=None, description="Only these memory types (default: all)")
     # Episodes folded into a pattern stay out of recall unless asked for.
-    include_compressed: bool = Field(default=False, strict=True)
+    include_compressed: bool = Field(
+        default=False, strict=True, description="Also episodes already folded into a pattern"
+    )
     # False for evaluations, dashboards and audits: looking at memory must not change it.
-    record_access: bool = Field(default=True, strict=True)
+    record_access: bool = Field(
+        default=True, strict=True, description="Count this recall as an access (false for audits and evaluations)"
+    )
+    as_of: Timestamp | None = Field(
+        default=None,
+        description="Answer as memory stood at this time (RFC 3339 with a UTC offset): what was observed later is "
+        "left out, what was superseded or merged later is shown as it was then; deleted memories never come back. "
+        "A time not in the past answers like no `as_of`.",
+        examples=["2025-03-01T12:00:00Z"],
+    )
     # "memory_block": `<memory>` lines in rank order; "sections": USER PROFILE /
     # PRIOR CONTEXT / RECENT SESSIONS, packed layer by layer.
-    format: Literal["memory_block", "sections"] = "memory_block"
+    format: Literal["memory_block", "sections"] = Field(
+        default="memory_block",
+        description="`memory_block`: `<memory>` lines in rank order; "
+        "`sections`: USER PROFILE / PRIOR CONTEXT / RECENT SESSIONS, packed layer by layer",
+    )
+
+
+_WHEN = "2025-03-14T09:26:53Z"
+_MEMORY_ID = "0e5c2d6e-7f1a-4c3b-9d2e-5a6b7c8d9e0f"
 
 
 class Source(BaseModel):
-    session_id: str | None
-    event_ids: list[str]
-    metadata: list[dict[str, Any]]
+    session_id: str | None = Field(description="Session the memory was derived from (none for manual memories)")
+    event_ids: list[str] = Field(description="Turns it was derived from, as sent on `chat.turns`")
+    metadata: list[dict[str, Any]] = Field(description="The `metadata` of those turns")
 
 
 class RecalledMemory(BaseModel):
-    id: str
-    type: str
-    text: str
-    score: float
-    signals: dict[str, float]
-    observed_at: datetime
-    source: Source
-    layer: MemoryLayer
-    access_count: int
-    last_accessed_at: datetime | None
-    # "open_question": a question the user asked earlier that is still open and this recall touches.
-    surfaced: str | None = None
+    id: str = Field(description="Memory id (a UUID)")
+    type: str = Field(description="fact, preference, episode, exchange, semantic, pattern or question")
+    text: str = Field(description="The memory as stored")
+    score: float = Field(description="Final rank score, higher is better")
+    signals: dict[str, float] = Field(description="The parts of the score: similarity, recency, importance, ...")
+    observed_at: datetime = Field(description="When what it says was said")
+    source: Source = Field(description="Where it came from")
+    layer: MemoryLayer = Field(description="procedural, semantic or episodic")
+    access_count: int = Field(description="How often recall returned it")
+    last_accessed_at: datetime | None = Field(description="Last time recall returned it")
+    surfaced: str | None = Field(
+        default=None,
+        description="`open_question`: a question the user asked earlier that is still open and this recall touches",
+    )
 
 
 class WorkingTurn(BaseModel):
-    event_id: str
-    turn_index: int
-    role: str
-    content: str
-    ts: datetime
+    event_id: str = Field(description="The turn's event id")
+    turn_index: int = Field(description="Position in the session")
+    role: str = Field(description="user, assistant, system or tool")
+    content: str = Field(description="What was said")
+    ts: datetime = Field(description="When")
 
 
 class WorkingWindow(BaseModel):
-    session_id: str
-    turns: list[WorkingTurn]
-    tokens: int
-    closed: bool
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "session_id": "s-7",
+                    "turns": [
+                        {
+                            "event_id": "e-1",
+                            "turn_index": 0,
+                            "role": "user",
+                            "content": "I take my coffee black.",
+                            "ts": _WHEN,
+                        }
+                    ],
+                    "tokens": 7,
+                    "closed": False,
+                    "layer": "working",
+                }
+            ]
+        }
+    )
+
+    session_id: str = Field(description="The session")
+    turns: list[WorkingTurn] = Field(description="The turns still in the window, oldest first")
+    tokens: int = Field(description="Tokens the window holds")
+    closed: bool = Field(description="True once the session ended (explicitly or idle)")
     layer: Literal[MemoryLayer.WORKING] = MemoryLayer.WORKING
 
 
 class RecallResponse(BaseModel):
-    memories: list[RecalledMemory]
-    prompt: str
-    tokens_used: int
-    working: WorkingWindow | None = None
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "memories": [
+                        {
+                            "id": _MEMORY_ID,
+                            "type": "preference",
+                            "text": "The user takes their coffee black.",
+                            "score": 0.81,
+                            "signals": {"similarity": 0.74, "recency": 0.9, "importance": 0.7},
+                            "observed_at": _WHEN,
+                            "source": {"session_id": "s-7", "event_ids": ["e-1"], "metadata": [{}]},
+                            "layer": "procedural",
+                            "access_count": 3,
+                            "last_accessed_at": _WHEN,
+                        }
+                    ],
+                    "prompt": "<memory>\n- The user takes their coffee black.\n</memory>",
+                    "tokens_used": 14,
+                    "working": None,
+                }
+            ]
+        }
+    )
+
+    memories: list[RecalledMemory] = Field(description="Best first")
+    prompt: str = Field(description="The memories packed into `token_budget`, ready to put in a system prompt")
+    tokens_used: int = Field(description="Tokens `prompt` takes")
+    working: WorkingWindow | None = Field(default=None, description="The session's window, when `session_id` was given")
+
+
+_RECORD: JsonDict = {
+    "id": _MEMORY_ID,
+    "tenant_id": "acme",
+    "user_id": "u-42",
+    "type": "fact",
+    "text": "The user lives in Lyon.",
+    "content_hash": "9f2c4e0b",
+    "category": "location",
+    "key_name": "home_city",
+    "value": "Lyon",
+    "importance": 0.8,
+    "confidence": 0.9,
+    "status": "active",
+    "observed_at": _WHEN,
+    "created_at": _WHEN,
+    "updated_at": _WHEN,
+    "source": {"session_id": "s-7", "event_ids": ["e-3"], "metadata": []},
+    "entities": ["Lyon"],
+}
 
 
 class MemoryList(BaseModel):
-    memories: list[MemoryRecord]
+    model_config = ConfigDict(json_schema_extra={"examples": [{"memories": [_RECORD]}]})
+
+    memories: list[MemoryRecord] = Field(description="Oldest observed first")
 
 
 class History(BaseModel):
-    memory_id: str
-    chain: list[MemoryRecord]
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "memory_id": _MEMORY_ID,
+                    "chain": [
+                        {
+                            **_RECORD,
+                            "id": "5b0a3f1e-2c4d-4e6f-8a9b-0c1d2e3f4a5b",
+                            "text": "The user lives in Paris.",
+                            "value": "Paris",
+                            "status": "superseded",
+                            "superseded_at": _WHEN,
+                            "superseded_by": _MEMORY_ID,
+                        },
+                        _RECORD,
+                    ],
+                }
+            ]
+        }
+    )
+
+    memory_id: str = Field(description="The memory asked about")
+    chain: list[MemoryRecord] = Field(description="Every version linked to it by supersession or merge, oldest first")
+
+
+class ReadyStatus(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"ready": True, "checks": {"kafka": True, "postgres": True, "qdrant": True}}]}
+    )
+
+    ready: bool = Field(description="True when every check passed")
+    checks: dict[str, bool] = Field(description="Each dependency and whether it answered in time")
+
+
+class Health(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+
+    status: Literal["ok"] = Field(description="Always `ok`: the process answers")

@@ -15,7 +15,7 @@ from services.api.models import RecalledMemory, RecallRequest, RecallResponse, S
 from services.api.ranking import Candidate, Weights, pack, pack_sections, prompt_block, prompt_sections, rank
 from services.config import Settings
 from services.runtime import Runtime
-from services.stores.fusion import FusionWeights
+from services.stores.fusion import FusionWeights, fuse
 from services.stores.vector import Hit, Scope
 
 SURFACED = "open_question"
@@ -100,6 +100,9 @@ async def working(rt: Runtime, tenant_id: str, user_id: str, session_id: str) ->
 async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: AccessMarks) -> RecallResponse:
     model = await rt.embedder()
     dense = (await asyncio.to_thread(model.embed, [req.query]))[0]
+    now = datetime.now(UTC)
+    if req.as_of is not None and req.as_of < now:
+        return await _recall_as_of(rt, req, weights, dense, req.as_of)
     types = tuple(t.value for t in req.types) if req.types else ()
     scope = Scope(req.tenant_id, req.user_id, types)
     pool = max(req.top_k * 3, rt.settings.recall_candidates)
@@ -116,14 +119,8 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     best = max((h.score for h in hits), default=0.0)
     profile = _profile(scored, req)
     candidates = profile + [_with_access(_from_hit(h, best), *live[h.id]) for h in hits]
-    now = datetime.now(UTC)
-    ranked = rank(candidates, req.query, now, weights)
-    sections = req.format == "sections"
-    chosen, used = (pack_sections if sections else pack)(ranked, req.top_k, req.token_budget)
-    metrics.RECALL_RESULTS.observe(len(chosen))
-    metrics.RECALL_TOKENS.observe(used)
+    chosen, used, prompt = _packed(candidates, req, now, weights)
     window = await working(rt, req.tenant_id, req.user_id, req.session_id) if req.session_id else None
-    prompt = prompt_sections(chosen) if sections else prompt_block(chosen)
     open_ids, extra = await _open_questions(rt, req, chosen)
     # Sent only once the answer is complete: a recall that fails marks nothing. Surfaced questions
     # are returned memories too: their access count is how often recall surfaced them (maintenance defers on it).
@@ -134,6 +131,63 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     if open_ids & {m.id for m in memories}:
         prompt += "\n" + framing([m.text for m in memories if m.surfaced])
     return RecallResponse(memories=memories, prompt=prompt, tokens_used=used, working=window)
+
+
+def _packed(
+    candidates: list[Candidate], req: RecallRequest, now: datetime, weights: Weights
+) -> tuple[list[Candidate], int, str]:
+    """Ranked as of `now`, packed into the budget, and the prompt they make."""
+    ranked = rank(candidates, req.query, now, weights)
+    sections = req.format == "sections"
+    chosen, used = (pack_sections if sections else pack)(ranked, req.top_k, req.token_budget)
+    metrics.RECALL_RESULTS.observe(len(chosen))
+    metrics.RECALL_TOKENS.observe(used)
+    return chosen, used, prompt_sections(chosen) if sections else prompt_block(chosen)
+
+
+def _as_it_was(record: MemoryRecord, at: datetime) -> MemoryRecord:
+    """A later recall is not part of the past: a last access after `at` is dropped (its count cannot be split)."""
+    if record.last_accessed_at is not None and record.last_accessed_at > at:
+        return record.model_copy(update={"last_accessed_at": None})
+    return record
+
+
+async def _recall_as_of(
+    rt: Runtime, req: RecallRequest, weights: Weights, dense: list[float], at: datetime
+) -> RecallResponse:
+    """Recall as memory stood at `at`, from Postgres (the index holds only what is active now).
+
+    The same shape as today's recall: profile facts and preferences close to
+    the query first, then the dense and lexical legs fused by score, ranked
+    with `now = at`. Nothing is marked as accessed, no open question is
+    surfaced and no working window is returned: those are today's state,
+    and looking at the past must not change memory.
+    """
+    types = tuple(t.value for t in req.types) if req.types else ()
+    pool = max(req.top_k * 3, rt.settings.recall_candidates)
+    found = await rt.reads.recall_as_of(req.tenant_id, req.user_id, dense, req.query, at, types=types, limit=pool)
+    found = [m for m in found if _wanted(m.record.compressed, req)]
+    records = {m.record.id: _as_it_was(m.record, at) for m in found}
+    min_similarity = rt.settings.profile_min_similarity
+    close = [
+        (records[m.record.id], m.similarity)
+        for m in found
+        if m.similarity is not None and m.similarity >= min_similarity and m.record.type in PROFILE_TYPES
+    ]
+    close.sort(key=lambda pair: -pair[1])
+    profile = _profile(close[: max(3, req.top_k // 3)], req)
+    fused = fuse(
+        [Hit(m.record.id, m.similarity, {}) for m in found if m.dense and m.similarity is not None],
+        [Hit(m.record.id, m.text_rank, {}) for m in found if m.text_rank is not None],
+        fusion_weights(rt.settings),
+        pool,
+    )
+    best = max((h.score for h in fused), default=0.0)
+    candidates = profile + [
+        replace(_from_record(records[h.id], h.score / best if best > 0 else 0.0), pinned=False) for h in fused
+    ]
+    chosen, used, prompt = _packed(candidates, req, at, weights)
+    return RecallResponse(memories=[_recalled(c) for c in chosen], prompt=prompt, tokens_used=used)
 
 
 async def _open_questions(

@@ -16,15 +16,26 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
+from uuid import UUID
 
 import qdrant_edge as qe
 
 from services.stores.fusion import DEFAULT_FUSION, FusionWeights, fuse
 from services.stores.qdrant_errors import qdrant_call
-from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse
+from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse, require_scope, versions_in_scope
 
 _KEYWORD_FIELDS = ("tenant_id", "user_id", "type", "status")
 R = TypeVar("R")
+
+
+def _user_filter(tenant_id: str, user_id: str) -> qe.Filter:
+    require_scope(tenant_id, user_id)
+    return qe.Filter(
+        must=[
+            qe.FieldCondition(key="tenant_id", match=qe.MatchValue(tenant_id)),
+            qe.FieldCondition(key="user_id", match=qe.MatchValue(user_id)),
+        ]
+    )
 
 
 def _scope_filter(scope: Scope) -> qe.Filter:
@@ -87,6 +98,23 @@ class EdgeIndex:
         if ids:
             shard = self.shard
             await self._on_owner("delete", lambda: shard.update(qe.UpdateOperation.delete_points(list(ids))))
+
+    async def delete_scope(self, tenant_id: str, user_id: str) -> None:
+        flt, shard = _user_filter(tenant_id, user_id), self.shard
+        await self._on_owner("delete_scope", lambda: shard.update(qe.UpdateOperation.delete_points_by_filter(flt)))
+
+    async def count_scope(self, tenant_id: str, user_id: str) -> int:
+        flt, shard = _user_filter(tenant_id, user_id), self.shard
+        return int(await self._on_owner("count_scope", lambda: shard.count(qe.CountRequest(exact=True, filter=flt))))
+
+    async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]:
+        require_scope(tenant_id, user_id)
+        if not ids:
+            return {}
+        shard = self.shard
+        wanted: list[int | UUID | str] = list(ids)
+        records = await self._on_owner("versions", lambda: shard.retrieve(wanted, True, False))
+        return versions_in_scope(((str(r.id), r.payload) for r in records), tenant_id, user_id)
 
     async def search(
         self, scope: Scope, dense: list[float], sparse: Sparse, limit: int, weights: FusionWeights = DEFAULT_FUSION

@@ -12,7 +12,17 @@ from qdrant_client import AsyncQdrantClient, models
 
 from services.stores.fusion import DEFAULT_FUSION, FusionWeights, fuse
 from services.stores.qdrant_errors import qdrant_call
-from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse
+from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse, require_scope, versions_in_scope
+
+
+def _user_filter(tenant_id: str, user_id: str) -> models.Filter:
+    require_scope(tenant_id, user_id)
+    return models.Filter(
+        must=[
+            models.FieldCondition(key="tenant_id", match=models.MatchValue(value=tenant_id)),
+            models.FieldCondition(key="user_id", match=models.MatchValue(value=user_id)),
+        ]
+    )
 
 
 def _scope_filter(scope: Scope) -> models.Filter:
@@ -65,6 +75,24 @@ class ServerIndex:
         if ids:
             async with qdrant_call("delete"):
                 await self._client.delete(self._collection, points_selector=models.PointIdsList(points=list(ids)))
+
+    async def delete_scope(self, tenant_id: str, user_id: str) -> None:
+        selector = models.FilterSelector(filter=_user_filter(tenant_id, user_id))
+        async with qdrant_call("delete_scope"):
+            await self._client.delete(self._collection, points_selector=selector)
+
+    async def count_scope(self, tenant_id: str, user_id: str) -> int:
+        flt = _user_filter(tenant_id, user_id)
+        async with qdrant_call("count_scope"):
+            return (await self._client.count(self._collection, count_filter=flt, exact=True)).count
+
+    async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]:
+        require_scope(tenant_id, user_id)
+        if not ids:
+            return {}
+        async with qdrant_call("versions"):
+            found = await self._client.retrieve(self._collection, ids=list(ids), with_payload=True, with_vectors=False)
+        return versions_in_scope(((str(p.id), p.payload) for p in found), tenant_id, user_id)
 
     async def search(
         self, scope: Scope, dense: list[float], sparse: Sparse, limit: int, weights: FusionWeights = DEFAULT_FUSION

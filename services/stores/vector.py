@@ -7,7 +7,7 @@ with the Qdrant engine's own tokenizer, identically for both engines.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Required, TypedDict
 
@@ -63,8 +63,13 @@ class Scope:
     types: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        if not self.tenant_id or not self.user_id:
-            raise ValueError("a search needs both tenant_id and user_id")
+        require_scope(self.tenant_id, self.user_id)
+
+
+def require_scope(tenant_id: str, user_id: str) -> None:
+    """A delete or count by scope with an empty id would reach every user's points."""
+    if not tenant_id or not user_id:
+        raise ValueError("a scope needs both tenant_id and user_id")
 
 
 @dataclass(frozen=True)
@@ -78,12 +83,29 @@ class VectorIndex(Protocol):
     async def ensure(self, dimension: int) -> None: ...
     async def upsert(self, points: Sequence[IndexedMemory]) -> None: ...
     async def delete(self, ids: Sequence[str]) -> None: ...
+    # Every point of one tenant's user, whatever its status or type: forgetting a user.
+    async def delete_scope(self, tenant_id: str, user_id: str) -> None: ...
+    async def count_scope(self, tenant_id: str, user_id: str) -> int: ...
+    # The payload version of those of `ids` the index holds for this tenant and user:
+    # how a client waiting on its own write sees that the index caught up.
+    async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]: ...
     async def search(
         self, scope: Scope, dense: list[float], sparse: Sparse, limit: int, weights: FusionWeights = ...
     ) -> list[Hit]: ...
     async def count(self) -> int: ...
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
+
+
+def versions_in_scope(
+    points: Iterable[tuple[str, Mapping[str, Any] | None]], tenant_id: str, user_id: str
+) -> dict[str, int]:
+    """Point id → payload version, for the points of this tenant and user only (ids are global)."""
+    return {
+        pid: int(payload.get("version", 0))
+        for pid, payload in points
+        if payload is not None and payload.get("tenant_id") == tenant_id and payload.get("user_id") == user_id
+    }
 
 
 class Bm25Encoder:

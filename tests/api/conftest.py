@@ -20,9 +20,11 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import uvicorn
+from fastapi import FastAPI
 
 from services.api.app import create_app
 from services.api.health import Readiness
+from services.auth import ApiKey, KeyStore, Role, load_secret
 from services.config import Settings
 from services.runtime import Runtime
 from tests.pg import PgServer, embedded_postgres
@@ -103,6 +105,32 @@ class LiveApi:
         assert self.thread.loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self.thread.loop).result(timeout)
 
+    def new_key(self, tenant: str | None, role: Role = Role.ADMIN, name: str = "test") -> tuple[ApiKey, str]:
+        """A real key in the server's database (None tenant: an operator key): its record and the key."""
+        return create_key(self.thread, tenant, role, name)
+
+    @property
+    def keys(self) -> KeyStore:
+        return KeyStore(self.rt.pg)
+
+    @property
+    def app(self) -> FastAPI:
+        assert self.thread.server is not None
+        app = self.thread.server.config.app
+        assert isinstance(app, FastAPI)
+        return app
+
+
+def create_key(thread: ServerThread, tenant: str | None, role: Role, name: str) -> tuple[ApiKey, str]:
+    assert thread.rt is not None
+    assert thread.loop is not None
+    create = KeyStore(thread.rt.pg).create(load_secret(thread.settings), tenant_id=tenant, role=role, name=name)
+    return asyncio.run_coroutine_threadsafe(create, thread.loop).result(60)
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
 
 @pytest.fixture(scope="session")
 def silent_kafka() -> Iterator[str]:
@@ -126,13 +154,17 @@ def api(api_pg: PgServer, silent_kafka: str, tmp_path_factory: pytest.TempPathFa
         pg_dsn=api_pg.database(),
         kafka_bootstrap=silent_kafka,
         embed_threads=1,
+        # Short, so the revocation test need not wait out the default 5 s.
+        auth_cache_seconds=1.0,
     )
     thread = ServerThread(settings)
     thread.start()
     try:
         thread.wait_started(120)
         base_url = f"http://127.0.0.1:{thread.port}"
-        with httpx.Client(base_url=base_url, timeout=30) as client:
+        # Every test talks as the operator unless it sends its own Authorization header.
+        _, operator = create_key(thread, None, Role.ADMIN, "api tests operator")
+        with httpx.Client(base_url=base_url, timeout=30, headers=bearer(operator)) as client:
             yield LiveApi(base_url, client, api_pg, thread)
     finally:
         thread.stop()

@@ -25,12 +25,12 @@ def _raising(exc: Exception) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("exc", "status", "detail"),
+    ("exc", "status", "code", "message"),
     [
-        (StoreUnavailable(SECRET), 503, UNAVAILABLE),
-        (StoreError(SECRET), 503, UNAVAILABLE),
-        (StoreRejected(SECRET), 422, REJECTED),
-        (RuntimeError(SECRET), 500, INTERNAL),
+        (StoreUnavailable(SECRET), 503, "unavailable", UNAVAILABLE),
+        (StoreError(SECRET), 503, "unavailable", UNAVAILABLE),
+        (StoreRejected(SECRET), 422, "rejected", REJECTED),
+        (RuntimeError(SECRET), 500, "internal_error", INTERNAL),
     ],
     ids=["unavailable", "unclassified", "rejected", "bug"],
 )
@@ -40,13 +40,14 @@ def test_errors_answer_generically_and_log_the_details(
     caplog: pytest.LogCaptureFixture,
     exc: Exception,
     status: int,
-    detail: str,
+    code: str,
+    message: str,
 ) -> None:
     monkeypatch.setattr(api.rt.reads, "list_memories", _raising(exc))
     with caplog.at_level(logging.INFO):
         response = api.client.get(LIST, params={"tenant_id": "t1"})
     assert response.status_code == status
-    assert response.json() == {"detail": detail}
+    assert response.json() == {"error": {"code": code, "message": message}}
     assert "secret" not in response.text
     assert "psycopg" not in response.text
     assert (response.headers.get("retry-after") == str(RETRY_AFTER_SECONDS)) is (status == 503)
@@ -104,7 +105,8 @@ def test_valid_requests_answer_as_before(
     if path == "/v1/recall":
         assert set(response.json()) == {"memories", "prompt", "tokens_used", "working"}
     elif status == 404:
-        assert "for this tenant and user" in response.json()["detail"]
+        assert response.json()["error"]["code"] == "not_found"
+        assert "for this tenant and user" in response.json()["error"]["message"]
 
 
 def test_ids_must_already_be_nfc_and_query_text_is_normalised(api: LiveApi) -> None:
@@ -112,7 +114,7 @@ def test_ids_must_already_be_nfc_and_query_text_is_normalised(api: LiveApi) -> N
     decomposed = unicodedata.normalize("NFD", "josé")
     response = api.client.get(f"/v1/users/{decomposed}/memories", params={"tenant_id": "t1"})
     assert response.status_code == 422
-    assert response.json()["detail"][0]["loc"] == ["path", "user_id"]
+    assert response.json()["error"]["details"][0]["loc"] == ["path", "user_id"]
     assert api.client.get("/v1/users/josé/memories", params={"tenant_id": "t1"}).status_code == 200
 
     body = RecallRequest.model_validate({"tenant_id": "t1", "user_id": "u1", "query": decomposed})
@@ -128,7 +130,7 @@ def test_requests_without_tenant_or_user_name_the_field(api: LiveApi) -> None:
     ):
         response = api.client.post("/v1/recall", json=body)
         assert response.status_code == 422
-        assert response.json()["detail"][0]["loc"][-1] in {"tenant_id", "user_id"}
+        assert response.json()["error"]["details"][0]["loc"][-1] in {"tenant_id", "user_id"}
 
 
 def test_requests_are_counted_by_route_and_status(api: LiveApi) -> None:

@@ -47,7 +47,7 @@ def test_random_recall_bodies_never_5xx(api: LiveApi, body: Any) -> None:
     response = api.client.post("/v1/recall", content=_encode(body), headers={"content-type": "application/json"})
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
-        assert response.json()["detail"]
+        assert response.json()["error"]["message"]
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,4 +1,4 @@
-"""Hostile requests: every one is a 4xx with a short JSON `detail`, never a 5xx or an echo."""
+"""Hostile requests: every one is a 4xx with a short JSON `error`, never a 5xx or an echo."""
 
 from __future__ import annotations
 
@@ -150,8 +150,8 @@ CASES = [
 ]
 
 
-def _locs(detail: Any) -> list[str]:
-    return [str(loc[-1]) for loc in (e.get("loc") or ["?"] for e in detail) if loc]
+def _locs(error: Any) -> list[str]:
+    return [str(loc[-1]) for loc in (e.get("loc") or ["?"] for e in error.get("details") or []) if loc]
 
 
 def test_the_table_is_large_enough() -> None:
@@ -160,32 +160,36 @@ def test_the_table_is_large_enough() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_hostile_request_gets_a_4xx_json_detail(api: LiveApi, case: Case) -> None:
+def test_hostile_request_gets_a_4xx_json_error(api: LiveApi, case: Case) -> None:
     response = api.client.request(case.method, case.path, content=case.content, headers=case.headers)
     assert response.status_code == case.status, response.text[:500]
     assert response.headers["content-type"].startswith("application/json")
     assert response.headers.get("x-request-id")
-    detail = response.json()["detail"]
-    assert detail
+    error = response.json()["error"]
+    assert set(error) <= {"code", "message", "details"}
+    assert error["code"]
+    assert error["message"]
     # Never an echo: no input, no ctx, and small whatever came in.
     assert len(response.content) < 4096
-    if isinstance(detail, list):
-        assert all(set(e) == {"type", "loc", "msg"} for e in detail)
+    if response.status_code == 422:
+        assert error["code"] == "validation_error"
+        assert all(set(e) == {"type", "loc", "msg"} for e in error["details"])
     if case.field is not None:
-        assert case.field in _locs(detail), detail
+        assert case.field in _locs(error), error
 
 
 def test_a_query_string_of_60_kib_is_refused(api: LiveApi) -> None:
     """Past h11's 16 KiB header limit uvicorn may answer 400 itself (plain text, before the app runs)
-    when the head arrives in pieces; when it arrives whole the app answers 422 with a JSON detail."""
+    when the head arrives in pieces; when it arrives whole the app answers 422 with a JSON error."""
     response = api.client.get("/v1/users/u1/memories", params={"tenant_id": "t" * 60_000})
     assert response.status_code in {400, 422}
     if response.status_code == 422:
-        assert "tenant_id" in _locs(response.json()["detail"])
+        assert "tenant_id" in _locs(response.json()["error"])
         assert len(response.content) < 4096
 
 
 def test_413_says_the_limit(api: LiveApi) -> None:
     response = api.client.post("/v1/recall", content=chunks(2 * MIB), headers=JSON)
     assert response.status_code == 413
-    assert str(api.rt.settings.http_max_body_bytes) in response.json()["detail"]
+    assert response.json()["error"]["code"] == "body_too_large"
+    assert str(api.rt.settings.http_max_body_bytes) in response.json()["error"]["message"]

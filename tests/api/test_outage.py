@@ -52,7 +52,7 @@ def test_postgres_outage_answers_503_fast_and_recovers(api: LiveApi) -> None:
                 assert response.status_code == 503, response.text
                 assert took <= 2.5
                 assert response.headers["retry-after"] == str(RETRY_AFTER_SECONDS)
-                assert response.json() == {"detail": UNAVAILABLE}
+                assert response.json() == {"error": {"code": "unavailable", "message": UNAVAILABLE}}
                 assert not any(word.lower() in response.text.lower() for word in DRIVER_WORDS)
         for _ in range(3):
             response, took = timed(lambda: api.client.get("/readyz"))

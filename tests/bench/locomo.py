@@ -1,6 +1,6 @@
 """`make bench-locomo`: evidence recall on LoCoMo-format conversations, through the real pipeline.
 
-    python -m tests.bench.locomo [--data PATH] [--out FILE] [--base-url URL --bootstrap HOST:PORT]
+    python -m tests.bench.locomo [--data PATH] [--out FILE] [--base-url URL --bootstrap HOST:PORT --api-key KEY]
 
 Each conversation is replayed through Kafka as one user's chat turns, every
 question is asked through POST /v1/recall, and the retrieved memories'
@@ -12,8 +12,9 @@ After scoring, one maintenance pass per conversation (`memstream maintain`'s
 code, `maintain_once`) runs as of one day after its last session, and the
 summary gets each user's active memories by type before and after it, what
 the pass did (compressed into patterns, pruned, synthesized, deferred), and
-the same questions scored again over the tended memory (an extra row: the
-main table is always the one before maintenance).
+the same questions scored again over the tended memory (an extra table: the
+main table is always the one before maintenance), with how often a pattern or
+semantic memory made a question's top 10 and covered its evidence.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -144,12 +145,36 @@ def format_table(table: dict[str, dict[str, float]]) -> str:
 
 def retrieved(memory: dict[str, Any]) -> dict[str, Any]:
     dia_ids = [m["dia_id"] for m in memory["source"]["metadata"] if "dia_id" in m]
-    return {"source_dia_ids": dia_ids, "text": memory["text"], "tokens": count_tokens(memory["text"])}
+    return {
+        "source_dia_ids": dia_ids,
+        "text": memory["text"],
+        "tokens": count_tokens(memory["text"]),
+        "type": memory["type"],
+    }
 
 
-async def ask_all(base_url: str, samples: list[dict[str, Any]], users: dict[str, str]) -> list[dict[str, Any]]:
+def findable(
+    results: list[dict[str, Any]], answers: dict[tuple[str, int], tuple[int, set[str]]], k: int = 10
+) -> dict[str, dict[str, int]]:
+    """Per synthesized type: questions with one in their top k, and those where it covers an evidence turn."""
+    out = {t: {"in_top": 0, "covers_evidence": 0} for t in ("pattern", "semantic")}
+    for line in results:
+        key = (line["sample_id"], line["qa_index"])
+        if key not in answers:
+            continue
+        evidence = answers[key][1]
+        for type_, figures in out.items():
+            found = [m for m in line["retrieved"][:k] if m.get("type") == type_]
+            figures["in_top"] += bool(found)
+            figures["covers_evidence"] += any(evidence & set(m["source_dia_ids"]) for m in found)
+    return out
+
+
+async def ask_all(
+    base_url: str, samples: list[dict[str, Any]], users: dict[str, str], headers: Mapping[str, str]
+) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = []
-    async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=60, headers=dict(headers)) as client:
         for sample in samples:
             for i, qa in enumerate(sample["qa"]):
                 body = {
@@ -196,7 +221,7 @@ async def memory_counts(dsn: str, users: Iterable[str]) -> dict[str, dict[str, i
 
 
 async def maintain(
-    base_url: str, settings: Settings, samples: list[dict[str, Any]], users: dict[str, str]
+    base_url: str, settings: Settings, samples: list[dict[str, Any]], users: dict[str, str], headers: Mapping[str, str]
 ) -> dict[str, dict[str, Any]]:
     """One maintenance pass per conversation's user, as of a day after its last session; figures per conversation."""
     before = await memory_counts(settings.pg_dsn, users.values())
@@ -204,10 +229,15 @@ async def maintain(
     for sample in samples:
         user = users[sample["sample_id"]]
         now = maintenance_time(sample)
+        started = time.perf_counter()
         counts = await maintain_once(settings, now, TENANT, user)
-        passes[sample["sample_id"]] = {"now": now.isoformat(), "pass": {k: v for k, v in sorted(counts.items())}}
+        passes[sample["sample_id"]] = {
+            "now": now.isoformat(),
+            "pass": {k: v for k, v in sorted(counts.items())},
+            "pass_seconds": round(time.perf_counter() - started, 3),
+        }
     # The pass's changes reach the index through memory.changes: recall after it waits for them.
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=30, headers=dict(headers)) as client:
         drained = await wait_drained(client, 300)
     after = await memory_counts(settings.pg_dsn, users.values())
     return {
@@ -229,7 +259,9 @@ def format_growth(per_user: dict[str, dict[str, Any]]) -> str:
     lines = []
     for sample_id, f in per_user.items():
         did = {k: v for k, v in f["pass"].items() if k != "users"}
-        lines.append(f"{sample_id} (maintenance as of {f['now'][:10]}): {did or 'no effect'}")
+        lines.append(
+            f"{sample_id} (maintenance as of {f['now'][:10]}, {f['pass_seconds']:.2f} s): {did or 'no effect'}"
+        )
         lines.extend(
             f"  {t:<12}{f['before'].get(t, 0):>6} -> {f['after'].get(t, 0):<6}"
             for t in types
@@ -239,24 +271,27 @@ def format_growth(per_user: dict[str, dict[str, Any]]) -> str:
 
 
 async def run(
-    base_url: str, bootstrap: str, samples: list[dict[str, Any]], settings: Settings
+    base_url: str, bootstrap: str, samples: list[dict[str, Any]], settings: Settings, headers: Mapping[str, str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Replay, ask, maintain, ask again: the lines before and after maintenance, and the run's figures."""
+    """Replay, ask, maintain, ask again: the lines before and after maintenance, and the run's figures.
+
+    `headers` carry the API key of every HTTP request (auth is on by default).
+    """
     run_id = uuid.uuid4().hex[:6]
     users = {s["sample_id"]: f"{s['sample_id']}-{run_id}" for s in samples}
     events = [e for s in samples for e in to_events(s, users[s["sample_id"]])]
     stats: dict[str, Any] = {}
     await replay(bootstrap, events, stats)
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=30, headers=dict(headers)) as client:
         stats["drained"] = await wait_drained(client, 300)
     started = time.perf_counter()
-    lines = await ask_all(base_url, samples, users)
+    lines = await ask_all(base_url, samples, users, headers)
     stats["questions"] = len(lines)
     stats["ask_seconds"] = time.perf_counter() - started
     started = time.perf_counter()
-    stats["maintenance"] = await maintain(base_url, settings, samples, users)
+    stats["maintenance"] = await maintain(base_url, settings, samples, users, headers)
     stats["maintenance_seconds"] = time.perf_counter() - started
-    after = await ask_all(base_url, samples, users)
+    after = await ask_all(base_url, samples, users, headers)
     return lines, after, stats
 
 
@@ -266,16 +301,20 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-results/locomo.jsonl"))
     parser.add_argument("--base-url", help="use a running stack instead of starting one")
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--api-key", default="", help="a key of the running stack (with --base-url)")
     args = parser.parse_args()
     samples = json.loads(args.data.read_text())
     started = time.perf_counter()
     if args.base_url:
         settings = Settings(kafka_bootstrap=args.bootstrap)  # Postgres from MEMSTREAM_PG_DSN, as the stack's
-        lines, after, stats = asyncio.run(run(args.base_url, args.bootstrap, samples, settings))
+        headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+        lines, after, stats = asyncio.run(run(args.base_url, args.bootstrap, samples, settings, headers))
     else:
         fast = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5"}
         with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=8, extra_env=fast) as stack:
-            lines, after, stats = asyncio.run(run(stack.base_url, stack.bootstrap, samples, stack_settings(stack)))
+            lines, after, stats = asyncio.run(
+                run(stack.base_url, stack.bootstrap, samples, stack_settings(stack), stack.headers)
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(line) + "\n" for line in lines))
     after_out = args.out.with_suffix(".after-maintenance.jsonl")
@@ -283,7 +322,13 @@ def main() -> None:
     answers = gold(samples)
     table, table_after = recall_at_k(lines, answers), recall_at_k(after, answers)
     stats["total_seconds"] = time.perf_counter() - started
-    summary = {"stats": stats, "recall": table, "recall_after_maintenance": table_after}
+    synthesized = findable(after, answers)
+    summary = {
+        "stats": stats,
+        "recall": table,
+        "recall_after_maintenance": table_after,
+        "synthesized_in_top_10_after_maintenance": synthesized,
+    }
     args.out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2))
     growth = stats.pop("maintenance")
     print(json.dumps(stats, default=str))
@@ -292,6 +337,11 @@ def main() -> None:
     print(format_growth(growth))
     print("\nrecall after maintenance (same questions, same scorer):")
     print(format_table(table_after))
+    for type_, figures in synthesized.items():
+        print(
+            f"{type_} memories in a question's top 10 after maintenance: {figures['in_top']} questions, "
+            f"covering an evidence turn in {figures['covers_evidence']}"
+        )
     print(f"results: {args.out}  (score independently: python ../shared/bench/locomo_score.py score {args.out})")
 
 

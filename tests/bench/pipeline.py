@@ -10,6 +10,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -39,10 +40,15 @@ async def _until_recalled(
     return None
 
 
-async def turn_to_recall(base_url: str, bootstrap: str, tries: int, out: dict[str, Any]) -> None:
-    """One preference at a time on an otherwise idle stack."""
+async def turn_to_recall(
+    base_url: str, bootstrap: str, tries: int, out: dict[str, Any], *, headers: Mapping[str, str]
+) -> None:
+    """One preference at a time on an otherwise idle stack; `headers` carry the API key."""
     samples: list[float] = []
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client, TurnProducer(bootstrap) as producer:
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=30, headers=dict(headers)) as client,
+        TurnProducer(bootstrap) as producer,
+    ):
         for i in range(tries):
             user, food = f"idle-{uuid.uuid4().hex[:8]}", f"{random.choice(SUBJECTS)}{i}"
             started = time.perf_counter()
@@ -98,7 +104,14 @@ async def replay(bootstrap: str, events: list[dict[str, Any]], out: dict[str, An
 
 
 async def freshness(
-    base_url: str, bootstrap: str, rate: float, seconds: float, out: dict[str, Any], probe_every: int = 4
+    base_url: str,
+    bootstrap: str,
+    rate: float,
+    seconds: float,
+    out: dict[str, Any],
+    probe_every: int = 4,
+    *,
+    headers: Mapping[str, str],
 ) -> None:
     """Steady `rate` user turns/s; every `probe_every`-th probed over HTTP until recallable.
 
@@ -121,7 +134,7 @@ async def freshness(
 
     limits = httpx.Limits(max_connections=64)
     async with (
-        httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as client,
+        httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits, headers=dict(headers)) as client,
         TurnProducer(bootstrap) as producer,
     ):
         probes: list[asyncio.Task[None]] = []

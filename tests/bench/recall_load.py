@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,7 +77,10 @@ async def seed(base_url: str, bootstrap: str, memories: int, users: int, budget:
     out["memories_in_postgres"] = int(sum(v for labels, v in counts if labels.get("status") == "active"))
 
 
-async def load(base_url: str, users: int, clients: int, seconds: float, out: dict[str, Any]) -> None:
+async def load(
+    base_url: str, users: int, clients: int, seconds: float, out: dict[str, Any], *, headers: Mapping[str, str]
+) -> None:
+    """Recall from `clients` concurrent clients for `seconds`; `headers` carry the API key (auth is on)."""
     queries = synthetic_texts(200, (3, 10), seed=9)
     latencies: list[float] = []
     errors = 0
@@ -95,7 +99,7 @@ async def load(base_url: str, users: int, clients: int, seconds: float, out: dic
                 returned.append(len(r.json()["memories"]))
 
     limits = httpx.Limits(max_connections=clients)
-    async with httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits, headers=dict(headers)) as client:
         until = time.perf_counter() + seconds
         await asyncio.gather(*(client_loop(client, random.Random(c), until) for c in range(clients)))
     out.update(

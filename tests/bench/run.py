@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from services.embedding import MiniLmEmbedder
-from tests.bench import pipeline, recall_load
+from tests.bench import auth_check, pipeline, recall_load
+from tests.bench import rebuild as rebuild_bench
 from tests.bench.corpus import conversations
 from tests.bench.probe import peak_rss_mib
-from tests.stack import Stack, embedded_stack
+from tests.stack import Stack, embedded_stack, stack_settings
 
 RESULTS = Path("bench-results")
 
@@ -72,15 +73,20 @@ def embedder_ceiling(corpus: list[dict[str, Any]], n: int = 2_000) -> dict[str, 
 
 
 async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], results: dict[str, Any]) -> None:
-    url, kafka = stack.base_url, stack.bootstrap
-    await _stage(results, "turn_to_recall_idle", 120, lambda o: pipeline.turn_to_recall(url, kafka, plan.idle_tries, o))
+    url, kafka, headers = stack.base_url, stack.bootstrap, stack.headers
+    await _stage(
+        results,
+        "turn_to_recall_idle",
+        120,
+        lambda o: pipeline.turn_to_recall(url, kafka, plan.idle_tries, o, headers=headers),
+    )
     await _stage(results, "throughput", 300, lambda o: pipeline.replay(kafka, corpus, o))
     fresh_budget = plan.fresh_seconds + 90
     await _stage(
         results,
         "freshness",
         fresh_budget,
-        lambda o: pipeline.freshness(url, kafka, plan.fresh_rate, plan.fresh_seconds, o),
+        lambda o: pipeline.freshness(url, kafka, plan.fresh_rate, plan.fresh_seconds, o, headers=headers),
     )
     await _stage(
         results,
@@ -92,9 +98,30 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
         results,
         "recall_load",
         plan.load_seconds + 60,
-        lambda o: recall_load.load(url, plan.load_users, plan.clients, plan.load_seconds, o),
+        lambda o: recall_load.load(url, plan.load_users, plan.clients, plan.load_seconds, o, headers=headers),
     )
+    # Rebuild rates over the seeded memories (issue 10): the index from Postgres, the store from memory.changes.
+    await _stage(results, "rebuild_index", 600, lambda o: rebuild_bench.index(stack_settings(stack), o))
+    await _stage(results, "rebuild_store", 900, lambda o: rebuild_bench.store(stack_settings(stack), o))
+    await _stage(results, "auth_check", 120, lambda o: auth_check.measure(stack_settings(stack), stack.api_key, o))
+    results["auth"] = auth_summary(results)
     results["peak_rss_mib"] = {"app (worker + read service, one process)": peak_rss_mib(stack.app_pid())}
+
+
+def auth_summary(results: dict[str, Any]) -> dict[str, Any]:
+    """Recall with auth on (measured under load) and off (the same minus the key check, measured in process)."""
+    check = results.get("auth_check", {})
+    p50 = results.get("recall_load", {}).get("p50")
+    cost = check.get("check_cost_us")
+    if p50 is None or cost is None:
+        return {}
+    return {
+        "recall_p50_ms_auth_on": p50 * 1000,
+        "recall_p50_ms_auth_off_estimated": p50 * 1000 - cost / 1000,
+        "key_check_us_cached": cost,
+        "key_check_us_uncached_p50": check["uncached_p50_us"] - check["off_p50_us"],
+        "key_check_share_of_recall_p50": cost / 1e6 / p50,
+    }
 
 
 def _fmt(value: Any) -> str:

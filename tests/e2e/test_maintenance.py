@@ -20,14 +20,15 @@ from tests.stack import ROOT, Stack, embedded_stack, produce, session_end, turn,
 pytestmark = pytest.mark.e2e
 TENANT = "acme"
 DECAY_RATE = 0.05  # the default
-# Alike enough to cluster (cosine about 0.75-0.85 between summaries), not enough to merge (0.92).
+# One theme: every two episode summaries have cosine ≥ 0.82 (MiniLM), so complete-link clustering at 0.8
+# takes all six; episodes are never merged by the consolidator, however alike.
 SESSION_TALK = [
-    "My legs were sore after the marathon pace section.",
-    "I need to eat more during long marathon training runs.",
-    "My marathon plan has interval runs and a long run every week.",
-    "I bought new running shoes for the marathon training.",
-    "My coach says my marathon pace runs should be slower.",
-    "I will taper my marathon training before the race.",
+    "The marathon training long run left my legs sore.",
+    "The marathon training long run went well in the rain.",
+    "The marathon training long run felt easier than last week.",
+    "The marathon training long run was hilly and slow.",
+    "The marathon training long run ended with a fast finish.",
+    "The marathon training long run made me very hungry.",
 ]
 
 
@@ -79,6 +80,17 @@ def fade(importance: float, passes: int) -> tuple[float, str]:
     return importance, "active"
 
 
+def synthesis(memory: dict[str, Any]) -> dict[str, Any]:
+    """A pattern's or semantic memory's own provenance entry: its members and their sessions."""
+    [entry] = [m for m in memory["source"]["metadata"] if "memory_ids" in m]
+    return entry
+
+
+def refs(memory: dict[str, Any]) -> set[str]:
+    """The turn references (the test's stand-in for LoCoMo's `dia_id`) in a memory's provenance."""
+    return {m["ref"] for m in memory["source"]["metadata"] if "ref" in m}
+
+
 def settled(stack: Stack, user: str, quiet: float = 3.0) -> bool:
     """No memory of the user changed for `quiet` seconds: the pipeline is done with its turns."""
     first = snapshot(stack, user)
@@ -92,7 +104,10 @@ async def test_maintenance_decays_prunes_compresses_and_synthesizes_once(stack: 
     for s, said in enumerate(SESSION_TALK):
         session = f"run{s}"
         opening = f"I am training for the Berlin marathon and did a long run of {20 + 2 * s} kilometers this weekend."
-        events += [turn(TENANT, user, session, 0, opening), turn(TENANT, user, session, 1, said)]
+        events += [
+            turn(TENANT, user, session, 0, opening, ref=f"{session}:0"),
+            turn(TENANT, user, session, 1, said, ref=f"{session}:1"),
+        ]
         events.append(session_end(TENANT, user, session))
     await produce(stack.bootstrap, events)
     wait_for(lambda: len(stack.memories(TENANT, user, type="episode")) >= 6, 90, "six episodes", interval=0.5)
@@ -109,17 +124,21 @@ async def test_maintenance_decays_prunes_compresses_and_synthesizes_once(stack: 
         assert after[rid]["importance"] == pytest.approx(fade(old["importance"], 1)[0], abs=1e-4)
     [pattern] = stack.memories(TENANT, user, type="pattern")
     episodes = {e["id"]: e for e in stack.memories(TENANT, user, type="episode", status="active")}
-    members = set(pattern["source"]["metadata"][0]["memory_ids"])
+    members = set(synthesis(pattern)["memory_ids"])
     assert len(members) >= 5
     assert members <= set(episodes)
     assert all(episodes[i]["compressed"] == (i in members) for i in episodes)
     assert "marathon" in pattern["text"]
     assert set(pattern["source"]["event_ids"]) == {x for i in members for x in episodes[i]["source"]["event_ids"]}
+    # The members' per-turn metadata comes along: a pattern is found by the turns it stands for.
+    assert refs(pattern) == {r for i in members for r in refs(episodes[i])}
+    assert len(refs(pattern)) == 2 * len(members)
 
-    semantic = stack.memories(TENANT, user, type="semantic", status="active")
-    topics = {m["key_name"] for m in semantic}
-    assert "marathon" in topics, topics
-    assert all(len(m["source"]["metadata"][0]["session_ids"]) >= 2 for m in semantic)
+    # One topic: the summaries' topics "training", "marathon" and "long" are carried by the same six episodes.
+    [semantic] = stack.memories(TENANT, user, type="semantic", status="active")
+    assert (semantic["key_name"], semantic["category"]) == ("training", "training, marathon, long"), semantic
+    assert len(synthesis(semantic)["session_ids"]) == len(SESSION_TALK)
+    assert refs(semantic) == {f"run{s}:{i}" for s in range(len(SESSION_TALK)) for i in (0, 1)}
 
     # The index follows memory.changes: synthesized memories are recalled, compressed episodes are not.
     def indexed() -> dict[str, Any] | None:
@@ -144,8 +163,9 @@ async def test_maintenance_decays_prunes_compresses_and_synthesizes_once(stack: 
     plain = stack.recall(TENANT, user, "marathon training long run", top_k=50, record_access=False)
     assert not [m for m in plain["memories"] if m["id"] in members]
 
-    # Six more passes, 6 h apart: everything from a year ago fades by 0.05 a pass and is
-    # pruned once under 0.1; the new pattern and semantic memories are not a week old.
+    # Six more passes, 6 h apart: everything from a year ago fades by 0.05 a pass and is pruned
+    # once under 0.1. The pattern and semantic memories are as old as their latest episode in the
+    # conversation's timeline (not as young as their creation), so they fade from the next pass on.
     for k in range(1, 7):
         maintain(stack, user, later + timedelta(hours=6 * k))
     final = {m["id"]: m for m in stack.memories(TENANT, user)}
@@ -154,7 +174,9 @@ async def test_maintenance_decays_prunes_compresses_and_synthesizes_once(stack: 
         assert final[rid]["status"] == status, (old, final[rid])
         assert final[rid]["importance"] == pytest.approx(importance, abs=1e-4)
     assert stack.memories(TENANT, user, status="pruned"), "0.3-0.4 memories fall under the floor"
-    assert all(final[i]["version"] == first[i][1] for i in first if final[i]["type"] in ("pattern", "semantic"))
+    for rid in (pattern["id"], semantic["id"]):
+        assert (final[rid]["status"], final[rid]["version"]) == ("active", first[rid][1] + 6)
+        assert final[rid]["importance"] == pytest.approx(fade(first[rid][2], 6)[0], abs=1e-4)
 
     # Recall after the passes: its access marks are writes of their own.
     recalled = wait_for(indexed, 60, "pattern and semantic memories in the index", interval=0.5)

@@ -127,7 +127,7 @@ def test_requests_without_tenant_or_user_are_rejected(stack: Stack) -> None:
     ):
         response = stack.post("/v1/recall", body)
         assert response.status_code == 422
-        assert response.json()["detail"][0]["loc"][-1] in {"tenant_id", "user_id"}
+        assert response.json()["error"]["details"][0]["loc"][-1] in {"tenant_id", "user_id"}
     assert stack.get("/v1/users/u/memories").status_code == 422
     assert stack.get("/v1/sessions/s/working", tenant_id="t").status_code == 422
 

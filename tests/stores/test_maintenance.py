@@ -34,8 +34,16 @@ NOW = datetime(2027, 1, 1, tzinfo=UTC)
 RULES = Rules(0.05, timedelta(days=7), 0.1, timedelta(days=30), 5, timedelta(days=90))
 
 
-def episode(i: int, user: str = "u", importance: float = 0.5, type_: MemoryType = MemoryType.EPISODE) -> MemoryRecord:
+def episode(
+    i: int,
+    user: str = "u",
+    importance: float = 0.5,
+    type_: MemoryType = MemoryType.EPISODE,
+    ingested: datetime | None = None,
+) -> MemoryRecord:
+    """Observed 40 days before NOW; written then too, unless `ingested` says when (a replay, later)."""
     at = NOW - timedelta(days=40)
+    written = ingested or at
     text = f"{type_.value} {i} about marathon training"
     return MemoryRecord(
         id=stable_id("t", user, type_.value, str(i)),
@@ -49,9 +57,9 @@ def episode(i: int, user: str = "u", importance: float = 0.5, type_: MemoryType 
         confidence=0.7,
         status=MemoryStatus.ACTIVE,
         observed_at=at,
-        created_at=at,
-        updated_at=at,
-        source=Provenance(session_id=f"s{i}", event_ids=[f"e{i}"]),
+        created_at=written,
+        updated_at=written,
+        source=Provenance(session_id=f"s{i}", event_ids=[f"e{i}"], metadata=[{"dia_id": f"D{i}:1"}]),
     )
 
 
@@ -117,6 +125,30 @@ async def test_a_pass_writes_versions_and_changes_and_a_rerun_writes_nothing(poo
     again = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u")
     assert sent.changes == []
     assert set(again) == {"users"}
+
+
+async def test_a_replayed_history_ages_by_when_it_happened_not_when_it_was_ingested(pool: PgPool) -> None:
+    # Ingested today, observed 40 days before NOW: a pass as of NOW (in the wall-clock past) still tends it.
+    today = datetime.now(UTC)
+    await seed(pool, [(episode(i, ingested=today), near_axis(i)) for i in range(5)])
+    outbox = Outbox(pool)
+    sent = Sent(outbox)
+    counts = await run_pass(pool, outbox, RULES, NOW, sent)
+    assert (counts["decayed"], counts["patterns"], counts["compressed"], counts["semantic"]) == (5, 1, 5, 1)
+    reads = MemoryReader(pool)
+    episodes = await reads.list_memories("t", "u", type_=MemoryType.EPISODE, status=None, limit=10, offset=0)
+    assert all(e.importance == pytest.approx(0.45) and e.updated_at == NOW for e in episodes)
+    # The pattern's provenance, as stored, keeps the members' per-turn metadata.
+    [pattern] = await reads.list_memories("t", "u", type_=MemoryType.PATTERN, status=None, limit=10, offset=0)
+    assert {m["dia_id"] for m in pattern.source.metadata if "dia_id" in m} == {f"D{i}:1" for i in range(5)}
+    assert pattern.source.metadata[-1]["memory_ids"] == sorted(e.id for e in episodes)
+
+    sent.changes.clear()
+    assert set(await run_pass(pool, outbox, RULES, NOW, sent)) == {"users"}
+    assert sent.changes == []
+    # A pass as of a day after the first decays the (now) unseen memories again, the new pattern too.
+    later = await run_pass(pool, outbox, RULES, NOW + timedelta(days=1), sent)
+    assert (later["decayed"], later["patterns"], later["semantic"]) == (7, 0, 0)
 
 
 async def test_a_pass_defers_questions_surfaced_often_or_open_long_and_an_answer_still_resolves_them(

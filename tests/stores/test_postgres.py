@@ -7,9 +7,11 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+import services.stores.postgres as postgres_package
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance, TurnEvent
 from services.errors import StoreRejected, StoreUnavailable
 from services.stores.postgres import (
@@ -27,11 +29,14 @@ from tests.factories import turn_event
 from tests.pg import PgServer
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
+MIGRATIONS = Path(postgres_package.__file__).parent / "migrations"
 
 
 @pytest.fixture
 async def pool(pg_dsn: str) -> AsyncIterator[PgPool]:
-    assert await migrate(pg_dsn) == [1, 2, 3, 4, 5]
+    shipped = sorted(int(f.name[:3]) for f in MIGRATIONS.glob("*.sql"))
+    assert shipped == list(range(1, len(shipped) + 1))  # numbered without gaps
+    assert await migrate(pg_dsn) == shipped
     assert await migrate(pg_dsn) == []  # idempotent
     pool = PgPool(pg_dsn, 2)
     await pool.open()

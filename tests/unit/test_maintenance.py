@@ -1,4 +1,4 @@
-"""Maintenance decisions: decay, prune, clusters, themes, topics, a whole pass and its re-run."""
+"""Maintenance decisions: decay, prune, clusters, themes, topics, provenance, a whole pass and its re-run."""
 
 from __future__ import annotations
 
@@ -10,21 +10,25 @@ from typing import Any
 import numpy as np
 import pytest
 from faust.types import TP
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agents.consolidator.apply import MAX_SOURCES
 from agents.maintenance.idle import idle_session_end
 from agents.maintenance.logic import (
     Effect,
     Rules,
     clusters,
     common_theme,
+    covered,
     decay,
     defer,
+    last_seen,
     mean_vector,
     plan_user,
     prune,
     topics,
+    union_provenance,
 )
 from agents.maintenance.timers import is_leader
 from schemas import ChangeOp, MemoryRecord, MemoryStatus, MemoryType, Provenance
@@ -53,8 +57,11 @@ def record(
     category: str | None = None,
     entities: tuple[str, ...] = (),
     accessed: datetime | None = None,
+    ingested: datetime | None = None,
 ) -> MemoryRecord:
+    """A memory observed `age` before NOW; `ingested` (wall-clock creation) defaults to the observation."""
     at = NOW - age
+    written = ingested or at
     return MemoryRecord(
         id=stable_id("t", "u", name),
         tenant_id="t",
@@ -67,9 +74,13 @@ def record(
         confidence=0.7,
         status=MemoryStatus.ACTIVE,
         observed_at=at,
-        created_at=at,
-        updated_at=at,
-        source=Provenance(session_id=session, event_ids=[f"{name}-e1", f"{name}-e2"]),
+        created_at=written,
+        updated_at=written,
+        source=Provenance(
+            session_id=session,
+            event_ids=[f"{name}-e1", f"{name}-e2"],
+            metadata=[{"dia_id": f"{name}:1"}, {"dia_id": f"{name}:2"}],
+        ),
         entities=list(entities),
         last_accessed_at=accessed,
     )
@@ -121,19 +132,63 @@ def test_prune_needs_both_low_importance_and_a_month_unaccessed() -> None:
     assert pruned.status is MemoryStatus.PRUNED
 
 
-def test_clusters_link_chains_and_leave_outliers_alone() -> None:
+def test_age_is_measured_in_the_data_s_own_timeline_not_from_ingestion() -> None:
+    # Observed a year before the pass, ingested (created, updated) after it: a replay of old conversations.
+    replayed = record("m", ingested=NOW + timedelta(days=30))
+    assert last_seen(replayed) == NOW - timedelta(days=365)
+    decayed = decay(replayed, NOW, RULES)
+    assert decayed is not None
+    assert decayed.importance == 0.45
+    assert prune(record("m", importance=0.05, ingested=NOW + timedelta(days=30)), NOW, RULES) is not None
+    # A recall since the observation is a sighting: the later of the two counts.
+    seen = record("m", accessed=NOW - timedelta(days=2))
+    assert last_seen(seen) == NOW - timedelta(days=2)
+    assert decay(seen, NOW, RULES) is None
+    assert last_seen(record("m", age=timedelta(days=3), accessed=NOW - timedelta(days=9))) == NOW - timedelta(days=3)
+    # As of a moment before the observation, a memory is not old at all.
+    assert decay(record("m", age=timedelta(days=-10)), NOW, RULES) is None
+
+
+def test_clusters_do_not_chain_and_leave_outliers_alone() -> None:
     a, b = [1.0, 0.0], [0.8, 0.6]  # cosine 0.8
-    c = [0.28, 0.96]  # cosine 0.8 with b, 0.28 with a: joined through b
+    c = [0.3, 0.954]  # cosine 0.81 with b, 0.3 with a: single link would chain a-b-c
     outlier = [-1.0, 0.0]
-    assert clusters([a, b, c, outlier], 0.75) == [[0, 1, 2], [3]]
+    assert clusters([a, b, c, outlier], 0.75) == [[0], [1, 2], [3]]
     assert clusters([a, c], 0.75) == [[0], [1]]
+    assert clusters([a, a, b], 0.75) == [[0, 1, 2]]
     assert clusters([], 0.75) == []
 
 
-@given(st.lists(st.lists(st.floats(-1, 1), min_size=3, max_size=3).filter(lambda v: any(abs(x) > 1e-3 for x in v))))
-def test_clusters_partition_the_inputs(vectors: list[list[float]]) -> None:
-    groups = clusters(vectors, 0.75)
+def cosine(u: list[float], v: list[float]) -> float:
+    return float(np.dot(u, v) / (np.linalg.norm(u) * np.linalg.norm(v)))
+
+
+nonzero = st.lists(st.floats(-1, 1), min_size=3, max_size=3).filter(lambda v: float(np.linalg.norm(v)) > 1e-3)
+
+
+@given(st.lists(nonzero, max_size=14), st.floats(0.5, 0.95))
+def test_complete_link_clusters_partition_are_pairwise_close_and_maximal(
+    vectors: list[list[float]], threshold: float
+) -> None:
+    groups = clusters(vectors, threshold)
     assert sorted(i for g in groups for i in g) == list(range(len(vectors)))
+    for g in groups:
+        assert all(cosine(vectors[i], vectors[j]) >= threshold - 1e-6 for i in g for j in g)
+    # Maximal: no two clusters could merge (their least similar cross pair is below the threshold).
+    for k, g in enumerate(groups):
+        for h in groups[k + 1 :]:
+            assert min(cosine(vectors[i], vectors[j]) for i in g for j in h) < threshold + 1e-6
+
+
+@given(st.lists(nonzero, max_size=14), st.floats(0.5, 0.95), st.data())
+def test_dropping_whole_clusters_leaves_the_other_clusters_as_they_were(
+    vectors: list[list[float]], threshold: float, data: st.DataObject
+) -> None:
+    groups = clusters(vectors, threshold)
+    dropped = data.draw(st.sets(st.sampled_from(range(len(groups))))) if groups else set()
+    kept = sorted(i for k, g in enumerate(groups) if k not in dropped for i in g)
+    again = clusters([vectors[i] for i in kept], threshold)
+    assert sorted(sorted(kept[i] for i in g) for g in again) == [g for k, g in enumerate(groups) if k not in dropped]
 
 
 def test_mean_vector_is_unit_length() -> None:
@@ -148,20 +203,80 @@ def test_common_theme_is_what_most_members_share() -> None:
         record("b", category="marathon, shoes", entities=("Berlin",)),
         record("c", category="marathon, training"),
     ]
-    assert common_theme(members) == ["marathon", "berlin", "training"]
-    assert common_theme([record("x", category="a"), record("y", category="b")]) == ["a", "b"]
+    assert common_theme(members) == ["marathon", "training"]  # entities are not terms
+    assert common_theme([record("x", category="apples"), record("y", category="pears")]) == ["apples", "pears"]
 
 
-def test_a_topic_needs_two_sessions_within_the_window() -> None:
-    one_session = [record("a", session="s1", category="chess"), record("b", session="s1", category="chess")]
-    assert topics(one_session, RULES.semantic_window) == {}
+def test_a_topic_needs_three_episodes_from_two_sessions_within_the_window() -> None:
+    one_session = [record(n, session="s1", category="chess") for n in "abc"]
+    assert topics(one_session, RULES) == []
+    two = [record("a", session="s1", category="chess"), record("b", session="s2", category="chess")]
+    assert topics(two, RULES) == []
     far_apart = [
         record("a", session="s1", category="chess", age=timedelta(days=300)),
         record("b", session="s2", category="chess", age=timedelta(days=100)),
+        record("c", session="s2", category="chess", age=timedelta(days=90)),
     ]
-    assert topics(far_apart, RULES.semantic_window) == {}
-    close = [*far_apart, record("c", session="s3", category="chess", age=timedelta(days=50))]
-    assert [r.id for r in topics(close, RULES.semantic_window)["chess"]] == sorted([close[1].id, close[2].id])
+    assert topics(far_apart, RULES) == []
+    close = [*far_apart, record("d", session="s3", category="chess", age=timedelta(days=50))]
+    [topic] = topics(close, RULES)
+    assert (topic.term, topic.terms) == ("chess", ("chess",))
+    assert [r.id for r in topic.members] == sorted(r.id for r in close[1:])
+
+
+def test_names_and_stopwords_are_not_topics() -> None:
+    # "Caroline" is an entity of two episodes: a name, however often the summaries' topics carry it.
+    episodes = [
+        record(f"e{i}", session=f"s{i}", category="caroline, painting, the", entities=("Caroline",) if i < 2 else ())
+        for i in range(4)
+    ]
+    assert [t.term for t in topics(episodes, RULES)] == ["painting"]
+    once = [e.model_copy(update={"entities": ["Painting"] if i == 0 else []}) for i, e in enumerate(episodes)]
+    assert [t.terms for t in topics(once, RULES)] == [("caroline", "painting")]  # one capital is not a name
+
+
+def test_topics_largely_sharing_their_episodes_fold_into_the_best_supported_one() -> None:
+    chess = [record(f"c{i}", session=f"s{i}", category="chess, openings") for i in range(4)]
+    also = [record(f"d{i}", session=f"s{i}", category="chess") for i in range(2)]
+    tennis = [record(f"t{i}", session=f"s{i}", category="tennis, chess") for i in range(3)]
+    found = topics([*chess, *also, *tennis], RULES)
+    # chess: 9 episodes; openings shares 4 of them (Jaccard 4/9 < 0.5): its own topic; tennis 3/9 too.
+    assert [(t.term, t.terms, len(t.members)) for t in found] == [
+        ("chess", ("chess",), 9),
+        ("openings", ("openings",), 4),
+        ("tennis", ("tennis",), 3),
+    ]
+    merged = topics([*chess, *tennis], RULES)  # openings now shares 4 of 7 with chess: folded in
+    assert [(t.term, t.terms) for t in merged] == [("chess", ("chess", "openings")), ("tennis", ("tennis",))]
+
+
+def test_at_most_the_cap_of_topics_best_supported_first() -> None:
+    episodes = [
+        record(f"{word}{i}", session=f"s{i}", category=word)
+        for n, word in enumerate(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"])
+        for i in range(3 + n % 3)
+    ]
+    found = topics(episodes, RULES)
+    assert len(found) == RULES.semantic_max_topics
+    assert [t.term for t in found] == ["charlie", "foxtrot", "bravo", "echo", "alpha"]  # sessions, then the term
+    assert [t.term for t in topics(episodes, Rules(**{**RULES.__dict__, "semantic_max_topics": 2}))] == [
+        "charlie",
+        "foxtrot",
+    ]
+
+
+def test_synthesized_provenance_keeps_the_members_turn_metadata_bounded_with_the_synthesis_last() -> None:
+    few = [record(f"m{i}", age=timedelta(days=10 - i)) for i in range(3)]
+    source = union_provenance(few, {"synthesized": "pattern", "memory_ids": sorted(r.id for r in few)})
+    assert source.event_ids == [e for r in few for e in r.source.event_ids]
+    assert [m.get("dia_id") for m in source.metadata] == ["m0:1", "m0:2", "m1:1", "m1:2", "m2:1", "m2:2", None]
+    assert covered(record("x").model_copy(update={"source": source})) == {r.id for r in few}
+    many = [record(f"m{i}", age=timedelta(days=100 - i)) for i in range(40)]
+    bounded = union_provenance(many, {"synthesized": "pattern", "memory_ids": sorted(r.id for r in many)})
+    assert len(bounded.event_ids) == 80  # every event
+    assert len(bounded.metadata) == MAX_SOURCES  # the newest turns' metadata, as the consolidator bounds it
+    assert bounded.metadata[-2] == {"dia_id": "m39:2"}
+    assert bounded.metadata[-1]["synthesized"] == "pattern"
 
 
 def similar_episodes(n: int) -> tuple[list[MemoryRecord], dict[str, list[float] | None]]:
@@ -178,7 +293,7 @@ def test_a_pass_compresses_similar_episodes_into_a_pattern_and_synthesizes_topic
     by_id = {e.record.id: e for e in effects}
     assert counts["patterns"] == 1
     assert counts["compressed"] == 5
-    assert counts["semantic"] == 2  # "marathon" and "training"
+    assert counts["semantic"] == 1  # "marathon" and "training" carried by the same episodes: one topic
     assert counts["decayed"] == 1
     assert counts["pruned"] == 1
     assert by_id[stale.id].op is ChangeOp.DELETED
@@ -187,8 +302,17 @@ def test_a_pass_compresses_similar_episodes_into_a_pattern_and_synthesizes_topic
     [pattern] = [e for e in effects if e.record.type is MemoryType.PATTERN]
     assert pattern.op is ChangeOp.ADDED
     assert pattern.vector is not None
-    assert "marathon" in pattern.record.text
+    assert pattern.record.text.startswith("Recurring theme across 5 episodes in 5 sessions")
+    assert "marathon, training" in pattern.record.text
+    assert "Typically: text of ep" in pattern.record.text
     assert set(pattern.record.source.event_ids) == {x for e in episodes for x in e.source.event_ids}
+    # Per-turn metadata travels with the union (a LoCoMo `dia_id` is how a pattern's turns are found).
+    dia_ids = {m["dia_id"] for m in pattern.record.source.metadata if "dia_id" in m}
+    assert dia_ids == {m["dia_id"] for e in episodes for m in e.source.metadata}
+    assert covered(pattern.record) == {e.id for e in episodes}
+    [semantic] = [e.record for e in effects if e.record.type is MemoryType.SEMANTIC]
+    assert (semantic.key_name, semantic.category) == ("marathon", "marathon, training")
+    assert semantic.text.startswith("Recurring topic: marathon, training. Discussed in 5 sessions")
     for episode in episodes:
         effect = by_id[episode.id]
         assert effect.record.compressed
@@ -210,11 +334,44 @@ def test_a_second_pass_with_the_same_now_changes_nothing() -> None:
     assert not counts
 
 
+episode_specs = st.tuples(
+    st.integers(0, 2),  # which of three directions the vector leans to
+    st.integers(1, 7),  # its own small twist
+    st.sampled_from(["chess", "chess, openings", "tennis", "tennis, serve", "cooking"]),
+    st.sampled_from(["s1", "s2", "s3"]),
+    st.sampled_from([1, 10, 40, 120, 400]),  # days observed before NOW
+    st.sampled_from([0.05, 0.12, 0.5]),
+)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(episode_specs, max_size=16), st.booleans())
+def test_re_planning_after_applying_a_plan_yields_no_effects(specs: list[tuple[Any, ...]], with_question: bool) -> None:
+    rows: list[MemoryRecord] = []
+    vectors: dict[str, list[float] | None] = {}
+    for n, (lean, twist, category, session, days, importance) in enumerate(specs):
+        r = record(f"e{n}", session=session, category=category, age=timedelta(days=days), importance=importance)
+        v = np.zeros(8)
+        v[lean], v[3 + twist % 5] = 1.0, 0.25 * (twist % 3)
+        rows.append(r)
+        vectors[r.id] = [float(x) for x in v]
+    if with_question:
+        q = question(surfaced=3)
+        rows.append(q)
+        vectors[q.id] = direction(1)
+    effects, _ = plan_user(rows, vectors, set(), NOW, RULES)
+    taken = {e.record.id for e in effects if e.record.type in (MemoryType.PATTERN, MemoryType.SEMANTIC)}
+    vectors.update({e.record.id: e.vector for e in effects if e.vector is not None})
+    again, counts = plan_user(applied(rows, effects), vectors, taken, NOW, RULES)
+    assert (again, counts) == ([], Counter())
+
+
 def test_a_topic_that_comes_back_gets_a_new_version_not_a_duplicate() -> None:
     recent = timedelta(days=10)
     first = [
         record("a", session="s1", category="chess", age=recent),
         record("b", session="s2", category="chess", age=recent),
+        record("a2", session="s1", category="chess", age=recent),
     ]
     vectors: dict[str, list[float] | None] = {r.id: direction(3) for r in first}
     effects, _ = plan_user(first, vectors, set(), NOW, RULES)

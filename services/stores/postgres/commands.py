@@ -1,8 +1,9 @@
-"""The consolidator's side of `memory.commands`: idempotency claims and access marks.
+"""The consolidator's side of `memory.commands`: idempotency claims, outcomes, access marks, selections.
 
 Stateless like MemoryWriter: every call runs on the caller's connection, in
 the caller's batch transaction, so a claim and the change it guards commit
-or roll back together.
+or roll back together. The read service uses the same selections (unlocked)
+to answer 404 before producing a command, and reads outcomes to wait for one.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
 
 from schemas import MemoryRecord
 from services.stores.postgres.pool import Conn
@@ -78,3 +82,59 @@ class CommandStore:
         )
         rows = await cur.fetchall()
         return [(record_from_row(r), vector_floats(r["embedding"])) for r in rows]
+
+    async def release(self, conn: Conn, tenant_id: str, user_id: str, command_ids: Sequence[str]) -> None:
+        """Drop claims of commands that changed nothing (access marks for memories no longer there).
+
+        Keeps a forgotten user forgotten: a late mark must not leave a row naming them.
+        """
+        if command_ids:
+            await conn.execute(
+                "DELETE FROM applied_commands WHERE tenant_id = %s AND user_id = %s AND command_id = ANY(%s)",
+                (tenant_id, user_id, list(command_ids)),
+            )
+
+    async def record_outcome(
+        self, conn: Conn, tenant_id: str, user_id: str, command_id: str, outcome: list[dict[str, Any]]
+    ) -> None:
+        await conn.execute(
+            "UPDATE applied_commands SET outcome = %s WHERE tenant_id = %s AND user_id = %s AND command_id = %s",
+            (Jsonb(outcome), tenant_id, user_id, command_id),
+        )
+
+    async def outcomes(
+        self, conn: Conn, tenant_id: str, user_id: str, command_ids: Sequence[str]
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The outcome of each of these commands that has been applied (absent: not yet)."""
+        cur = await conn.execute(
+            """SELECT command_id, outcome FROM applied_commands
+               WHERE tenant_id = %s AND user_id = %s AND command_id = ANY(%s)""",
+            (tenant_id, user_id, list(command_ids)),
+        )
+        return {r["command_id"]: list(r["outcome"] or []) for r in await cur.fetchall()}
+
+    async def active(
+        self, conn: Conn, tenant_id: str, user_id: str, *, session_id: str | None = None, lock: bool = False
+    ) -> list[MemoryRecord]:
+        """The user's active memories (those derived from `session_id` only, when given).
+
+        `lock` holds them until the transaction ends, so a delete decides on rows no one else changes meanwhile.
+        """
+        cur = await conn.execute(
+            f"""SELECT {RECORD_COLUMNS} FROM memories
+                WHERE tenant_id = %s AND user_id = %s AND status = 'active'
+                  AND (%s::text IS NULL OR source_session_id = %s)
+                ORDER BY observed_at, id {"FOR UPDATE" if lock else ""}""",
+            (tenant_id, user_id, session_id, session_id),
+        )
+        return [record_from_row(r) for r in await cur.fetchall()]
+
+    async def taken(self, conn: Conn, tenant_id: str, user_id: str, ids: Sequence[str]) -> set[str]:
+        """Which of these memory ids another tenant or user holds (ids are global): an import must not reuse them."""
+        if not ids:
+            return set()
+        cur = await conn.execute(
+            "SELECT id FROM memories WHERE id = ANY(%s) AND (tenant_id <> %s OR user_id <> %s)",
+            (list(ids), tenant_id, user_id),
+        )
+        return {r["id"] for r in await cur.fetchall()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
@@ -11,6 +12,35 @@ from schemas import MemoryRecord, MemoryStatus, MemoryType
 from services.stores.postgres.pool import PgPool
 from services.stores.postgres.records import RECORD_COLUMNS as _RECORD_COLUMNS
 from services.stores.postgres.records import record_from_row
+
+# Which rows were active memory at `%(at)s` (the rule of point-in-time recall, README "Point-in-time recall"):
+# observed by then, and either still active, or retired (superseded, merged; pruned: `updated_at` is when
+# maintenance pruned it, nothing touches a pruned row after) only after it. Deleted rows, and any
+# status this rule does not know, are never shown again: deleting is how a user takes something back.
+_ACTIVE_AT = """observed_at <= %(at)s AND CASE status
+        WHEN 'active' THEN true
+        WHEN 'superseded' THEN COALESCE(superseded_at, updated_at) > %(at)s
+        WHEN 'merged' THEN COALESCE(superseded_at, updated_at) > %(at)s
+        WHEN 'pruned' THEN updated_at > %(at)s
+        ELSE false
+    END"""
+# Any of the query's words, English-stemmed like the index's BM25: plainto_tsquery joins its lexemes
+# with ' & ' only (no other operator), so turning those into ' | ' is exactly "match any".
+_ANY_WORD = "replace(plainto_tsquery('english', %(text)s)::text, ' & ', ' | ')::tsquery"
+
+
+@dataclass(frozen=True)
+class PastMatch:
+    """A memory as it stood at some time, with what each recall leg thought of it.
+
+    `similarity`: cosine to the query (None without a comparable embedding);
+    `dense`: among the dense leg's best; `text_rank`: Postgres ts_rank when among the lexical leg's best.
+    """
+
+    record: MemoryRecord
+    similarity: float | None
+    dense: bool
+    text_rank: float | None
 
 
 class MemoryReader:
@@ -39,6 +69,60 @@ class MemoryReader:
             )
             rows = await cur.fetchall()
             return [(record_from_row(r), r["similarity"]) for r in rows]
+
+    async def recall_as_of(
+        self,
+        tenant_id: str,
+        user_id: str,
+        query: Sequence[float],
+        text: str,
+        at: datetime,
+        *,
+        types: Sequence[str] = (),
+        limit: int,
+    ) -> list[PastMatch]:
+        """The user's memories as they stood at `at` that match the query: the best `limit` by cosine
+        (pgvector) and the best `limit` by words (full-text ts_rank), for score fusion by the caller.
+
+        The recall index holds only what is active now, so a past state is read
+        here, from the rows supersession keeps. Both legs are exact scans of
+        one user's rows: a point-in-time read is an audit, not the hot path.
+        """
+        async with self._pool.connection("recall_as_of") as conn:
+            cur = await conn.execute(
+                f"""WITH visible AS (
+                        SELECT {_RECORD_COLUMNS}, embedding FROM memories
+                        WHERE tenant_id = %(t)s AND user_id = %(u)s AND {_ACTIVE_AT}
+                          AND (cardinality(%(types)s::text[]) = 0 OR type = ANY(%(types)s::text[]))
+                    ), dense AS (
+                        SELECT id FROM visible
+                        WHERE embedding IS NOT NULL AND vector_dims(embedding) = vector_dims(%(q)s::vector)
+                        ORDER BY embedding <=> %(q)s, id LIMIT %(k)s
+                    ), lexical AS (
+                        SELECT v.id, ts_rank(to_tsvector('english', v.text), w.query, 1) AS rank
+                        FROM visible v, (SELECT {_ANY_WORD} AS query) w
+                        WHERE numnode(w.query) > 0 AND to_tsvector('english', v.text) @@ w.query
+                        ORDER BY rank DESC, v.id LIMIT %(k)s
+                    )
+                    SELECT v.*, d.id IS NOT NULL AS in_dense, l.rank AS text_rank,
+                      CASE WHEN v.embedding IS NOT NULL AND vector_dims(v.embedding) = vector_dims(%(q)s::vector)
+                        THEN 1 - (v.embedding <=> %(q)s) END AS similarity
+                    FROM visible v LEFT JOIN dense d ON d.id = v.id LEFT JOIN lexical l ON l.id = v.id
+                    WHERE d.id IS NOT NULL OR l.id IS NOT NULL""",
+                {
+                    "t": tenant_id,
+                    "u": user_id,
+                    "at": at,
+                    "types": list(types),
+                    "q": np.asarray(query, dtype=np.float32),
+                    "text": text,
+                    "k": limit,
+                },
+            )
+            return [
+                PastMatch(record_from_row(r), r["similarity"], bool(r["in_dense"]), r["text_rank"])
+                for r in await cur.fetchall()
+            ]
 
     async def active_ids(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> set[str]:
         """Which of these ids Postgres still holds as active (the index may lag behind)."""

@@ -1,0 +1,312 @@
+"""What a memory command does to memory: pure, so every rule is testable without Kafka or Postgres.
+
+The commands stage (agents.consolidator.commands) looks up the rows, embeds the
+new text, calls these functions and writes what they return; the read
+service uses the same selection rules to answer 404 before producing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence, Set
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from agents.consolidator.apply import recent_metadata
+from agents.rules.extract import entities as entities_in
+from schemas import ChangeOp, EmbeddedCandidate, MemoryCandidate, MemoryChange, MemoryRecord, MemoryStatus, Provenance
+from schemas.commands import MANUAL_SOURCE, AddMemory, CorrectMemory, ImportPart
+from schemas.export import ExportDocument, ExportedSession, ExportedTurn
+from services.textutil import content_hash, content_words, normalize, stable_id
+
+EXTRACTOR = "manual"
+# A memory a command wrote carries its own vector only while it is active (the sink indexes those).
+RETIRED_OPS: dict[MemoryStatus, ChangeOp] = {
+    MemoryStatus.SUPERSEDED: ChangeOp.SUPERSEDED,
+    MemoryStatus.MERGED: ChangeOp.MERGED,
+    MemoryStatus.PRUNED: ChangeOp.DELETED,
+    MemoryStatus.DELETED: ChangeOp.DELETED,
+}
+
+
+def manual_entry(command_id: str, at: datetime, **extra: str) -> dict[str, Any]:
+    """The provenance metadata entry that says a person, not a conversation, wrote this version."""
+    return {"source": MANUAL_SOURCE, "command_id": command_id, "at": at.isoformat(), **extra}
+
+
+def new_memory_id(tenant_id: str, user_id: str, command_id: str) -> str:
+    """The id of what an add or a correction writes: the read service answers with it before it exists."""
+    return stable_id("manual", tenant_id, user_id, command_id)
+
+
+def add_candidate(cmd: AddMemory, vector: list[float], model: str) -> EmbeddedCandidate:
+    """A manual memory as a candidate, so the consolidator's own rules decide it (repeat, new fact value, add).
+
+    Its source events are the command id: a redelivered command finds its
+    memory already holding them and changes nothing.
+    """
+    found = entities_in(cmd.text)
+    candidate = MemoryCandidate(
+        tenant_id=cmd.tenant_id,
+        user_id=cmd.user_id,
+        candidate_id=cmd.memory_id,
+        type=cmd.type,
+        text=cmd.text,
+        category=cmd.category,
+        key_name=cmd.key_name,
+        value=cmd.value,
+        importance=cmd.importance,
+        confidence=1.0,
+        observed_at=cmd.at,
+        entities=list(dict.fromkeys([*cmd.entities, *found])),
+        source=Provenance(
+            session_id=cmd.session_id,
+            event_ids=[cmd.command_id],
+            metadata=[manual_entry(cmd.command_id, cmd.at)],
+        ),
+        extractor=EXTRACTOR,
+    )
+    return EmbeddedCandidate(
+        tenant_id=cmd.tenant_id, user_id=cmd.user_id, candidate=candidate, vector=vector, model=model
+    )
+
+
+def retire(
+    record: MemoryRecord, status: MemoryStatus, at: datetime, now: datetime, by: str | None = None
+) -> MemoryRecord:
+    """Out of recall and the index, kept as history: superseded by `by`, or deleted."""
+    return record.model_copy(
+        update={
+            "status": status,
+            "superseded_at": at,
+            "superseded_by": by,
+            "updated_at": now,
+            "version": record.version + 1,
+        }
+    )
+
+
+def corrected(old: MemoryRecord, cmd: CorrectMemory, now: datetime) -> tuple[MemoryRecord, MemoryRecord]:
+    """(old version, new version): the new text under a new id, the old one superseded by it.
+
+    The new version keeps what the memory was (type, key, provenance,
+    importance, access) and is observed at the correction; its provenance
+    says who corrected it, so history shows both texts and why.
+    """
+    source = old.source.model_copy(
+        update={
+            "metadata": recent_metadata([*old.source.metadata, manual_entry(cmd.command_id, cmd.at, corrects=old.id)])
+        }
+    )
+    new = old.model_copy(
+        update={
+            "id": cmd.new_id,
+            "text": cmd.text,
+            "content_hash": content_hash(cmd.text),
+            "value": old.value if cmd.value is None else cmd.value,
+            "status": MemoryStatus.ACTIVE,
+            "observed_at": cmd.at,
+            "created_at": now,
+            "updated_at": now,
+            "superseded_at": None,
+            "superseded_by": None,
+            "source": source,
+            "entities": list(dict.fromkeys([*old.entities, *entities_in(cmd.text)])),
+            "version": 1,
+        }
+    )
+    return retire(old, MemoryStatus.SUPERSEDED, cmd.at, now, by=new.id), new
+
+
+def matches_topic(record: MemoryRecord, topic: str) -> bool:
+    """Whether deleting `topic` takes this memory. The rule, case- and spacing-insensitive:
+
+    the topic names the memory's category or key, or one of its entities; or
+    every content word of the topic (stopwords aside) is a word of its text,
+    value or entities ("green tea" takes "I love green tea", not "greenhouse
+    tea rooms"). A topic of stopwords alone matches by name only.
+    """
+    wanted = normalize(topic)
+    if not wanted:
+        return False
+    names = [record.category, record.key_name, *record.entities]
+    if any(name is not None and normalize(name) == wanted for name in names):
+        return True
+    terms = content_words(topic)
+    words = set(content_words(" ".join([record.text, record.value or "", *record.entities])))
+    return bool(terms) and all(term in words for term in terms)
+
+
+def change(
+    record: MemoryRecord,
+    op: ChangeOp,
+    vector: list[float] | None,
+    cause: list[str],
+    now: datetime,
+    reason: str | None = None,
+) -> MemoryChange:
+    """Only an active record keeps its vector: any other status takes the point out of the index."""
+    return MemoryChange(
+        tenant_id=record.tenant_id,
+        user_id=record.user_id,
+        op=op,
+        record=record,
+        vector=vector if record.status is MemoryStatus.ACTIVE else None,
+        cause=cause,
+        committed_at=now,
+        reason=reason,
+    )
+
+
+def outcome(changes: Sequence[MemoryChange]) -> list[dict[str, Any]]:
+    """What a command changed, as the read service checks it against the index (`?wait=true`)."""
+    latest = {c.record.id: c for c in changes}
+    return [
+        {
+            "id": c.record.id,
+            "op": c.op.value,
+            "status": c.record.status.value,
+            "version": c.record.version,
+            "indexed": c.record.status is MemoryStatus.ACTIVE and c.vector is not None,
+        }
+        for c in latest.values()
+    ]
+
+
+# --- import -------------------------------------------------------------------------
+
+
+def stored_id(doc_id: str, taken: Set[str], target: tuple[str, str]) -> str:
+    """The id a document's memory gets: its own, unless another tenant or user holds that id, then a new one.
+
+    So a document restored into an installation that lost the user (or after
+    forgetting them) keeps every id, tombstones included, while a copy next
+    to its original gets ids of its own. Deterministic for a given state, so
+    a redelivered part writes the same rows.
+    """
+    return stable_id("import", *target, doc_id) if doc_id in taken else doc_id
+
+
+def referenced_ids(part: ImportPart) -> list[str]:
+    """Every memory id a part names (its records and their history links): what to look up as `taken`."""
+    ids = [r.id for r in part.memories] + [r.superseded_by for r in part.memories if r.superseded_by is not None]
+    return list(dict.fromkeys(ids))
+
+
+@dataclass(frozen=True)
+class Imported:
+    record: MemoryRecord
+    doc_id: str
+    # The document's vector when the part's model is ours; None: embed the text.
+    vector: list[float] | None
+
+    @property
+    def export_id(self) -> str | None:
+        return None if self.doc_id == self.record.id else self.doc_id
+
+
+def imported_memories(part: ImportPart, model: str, taken: Set[str]) -> list[Imported]:
+    """The part's memories under the command's tenant and user, ids (and history links) mapped.
+
+    `taken`: those of the part's ids another tenant or user holds. Retired rows
+    first: a new version never meets its predecessor's active row in the
+    unique active-fact index.
+    """
+    target = (part.tenant_id, part.user_id)
+    keep_vectors = part.embedding_model == model
+    out: list[Imported] = []
+    for r in part.memories:
+        by = None if r.superseded_by is None else stored_id(r.superseded_by, taken, target)
+        record = r.model_copy(
+            update={
+                "id": stored_id(r.id, taken, target),
+                "tenant_id": part.tenant_id,
+                "user_id": part.user_id,
+                "superseded_by": by,
+            }
+        )
+        out.append(Imported(record, r.id, part.vectors.get(r.id) if keep_vectors else None))
+    return sorted(out, key=lambda i: i.record.status is MemoryStatus.ACTIVE)
+
+
+def imported_turns(part: ImportPart) -> list[ExportedTurn]:
+    return [t.model_copy(update={"tenant_id": part.tenant_id, "user_id": part.user_id}) for t in part.turns]
+
+
+def imported_sessions(part: ImportPart) -> list[ExportedSession]:
+    return [
+        s.model_copy(
+            update={
+                "window_turns": [
+                    t.model_copy(update={"tenant_id": part.tenant_id, "user_id": part.user_id}) for t in s.window_turns
+                ]
+            }
+        )
+        for s in part.sessions
+    ]
+
+
+def import_op(record: MemoryRecord) -> ChangeOp:
+    return RETIRED_OPS.get(record.status, ChangeOp.ADDED)
+
+
+class ItemTooLarge(ValueError):
+    """One memory, turn or session of a document does not fit in a message on its own."""
+
+
+def import_parts(
+    doc: ExportDocument, tenant_id: str, user_id: str, import_id: str, at: datetime, max_bytes: int
+) -> list[ImportPart]:
+    """A document as ImportPart commands of at most `max_bytes` each (JSON), in the document's order.
+
+    Memories travel with their vectors; each part is applied in its own
+    claim, in order, so a large import is several messages but one history.
+    """
+    budget = max_bytes - _ENVELOPE_BYTES
+    sections: list[tuple[str, Any, int]] = []
+    for record in doc.memories:
+        vector = doc.vectors.get(record.id)
+        size = _size(record) + (0 if vector is None else len(orjson.dumps(vector)) + 64)
+        sections.append(("memories", record, size))
+    sections += [("sessions", s, _size(s)) for s in doc.sessions]
+    sections += [("turns", t, _size(t)) for t in doc.turns]
+    sections += [("session_summaries", s, _size(s)) for s in doc.session_summaries]
+    chunks: list[dict[str, list[Any]]] = []
+    used = budget + 1  # the first item opens a part
+    for section, item, size in sections:
+        if size > budget:
+            raise ItemTooLarge(f"one of the document's {section} is {size} bytes; a message holds {budget}")
+        if used + size > budget:
+            chunks.append({"memories": [], "sessions": [], "turns": [], "session_summaries": []})
+            used = 0
+        chunks[-1][section].append(item)
+        used += size
+    chunks = chunks or [{"memories": [], "sessions": [], "turns": [], "session_summaries": []}]
+    return [
+        ImportPart(
+            command_id=stable_id("import-part", import_id, str(n)),
+            tenant_id=tenant_id,
+            user_id=user_id,
+            at=at,
+            import_id=import_id,
+            part=n,
+            parts=len(chunks),
+            source_tenant_id=doc.tenant_id,
+            source_user_id=doc.user_id,
+            embedding_model=doc.embedding_model,
+            vectors={r.id: doc.vectors[r.id] for r in chunk["memories"] if r.id in doc.vectors},
+            **chunk,
+        )
+        for n, chunk in enumerate(chunks)
+    ]
+
+
+# Room for the part's own fields (ids, counts, model name) around its items.
+_ENVELOPE_BYTES = 4096
+
+
+def _size(model: BaseModel) -> int:
+    return len(orjson.dumps(model.model_dump(mode="json"))) + 2

