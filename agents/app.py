@@ -24,7 +24,7 @@ from agents.outbox import register_relay
 from agents.stages import STAGE_NAMES, group_id, place_timers
 from agents.topics import Topics
 from agents.transport import Transport
-from services import metrics
+from services import generations, metrics
 from services.config import Settings
 from services.kafka_auth import faust_credentials
 from services.runtime import Runtime
@@ -77,7 +77,7 @@ def build_apps(settings: Settings, runtime: Runtime, stages: Sequence[str] = STA
     built: dict[str, StageApp] = {}
     for stage in stages:
         app = stage_app(settings, stage)
-        topics = Topics.declare(app)
+        topics = Topics.declare(app, generations.of(settings).topics())
         for module in STAGES[stage]:
             metrics.declare_stage(module.agent.STAGE)
             module.agent.register(app, topics, runtime)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +23,14 @@ class Topics:
     archive: Any
 
     @classmethod
-    def declare(cls, app: faust.App) -> Topics:
+    def declare(cls, app: faust.App, kafka_names: Mapping[str, str] = names.BY_ROLE) -> Topics:
+        """`kafka_names`: role → topic, where a generation's differ (services.generations.Generation.topics)."""
+
         def raw(name: str) -> Any:
             return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
 
-        return cls(**{role: raw(name) for role, name in names.BY_ROLE.items()})
+        return cls(**{role: raw(kafka_names[role]) for role in names.BY_ROLE})
 
     def by_name(self) -> dict[str, Any]:
-        """Handles by Kafka topic name, for messages that carry their destination (the outbox)."""
+        """Handles by the base topic name a message carries (the outbox): a generation's own topic for its own."""
         return {name: getattr(self, role) for role, name in names.BY_ROLE.items()}

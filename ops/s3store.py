@@ -18,10 +18,11 @@ them (measured in issue 10: without them topics created together are lost):
 - accepted sockets set TCP_NODELAY (localbucket writes headers and body
   separately: Nagle plus delayed ACK stall every small reply ~40 ms).
 
-Also: DeleteObjects (tansu deletes a topic's objects in bulk), listings that
-walk only the folder the prefix names (localbucket walks the whole bucket
-for every page, and tansu lists a partition on every fetch), and a start-up
-sweep of temporary files a killed server left behind.
+Also: listings served from a sorted in-memory view of the folders
+(ops/s3listing.py: localbucket walks the whole bucket for every page, and
+tansu lists a partition on every fetch), DeleteObjects (tansu deletes a
+topic's objects in bulk), and a start-up sweep of temporary files a killed
+server left behind.
 
 Durability: an object is written to a temporary file and renamed over the
 key, so a crash (kill -9) leaves the old or the new object, never a mix.
@@ -32,6 +33,7 @@ loss (README, the embedded broker).
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import hashlib
 import logging
@@ -40,6 +42,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from email.utils import formatdate
@@ -47,15 +50,17 @@ from http import HTTPStatus
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import escape
 
 import localbucket  # type: ignore[import-untyped]
+
+from ops.s3listing import Listings, Page
 
 log = logging.getLogger("memstream.s3store")
 
 BUCKET = "tansu"
 # Writes of one key are serialised by one of these locks (striped: bounded memory however many keys).
 LOCK_STRIPES = 256
-Listing = tuple[list[tuple[str, Path]], list[str], bool, str]
 
 
 class KeyLocks:
@@ -75,31 +80,12 @@ def no_such_key() -> Exception:
     return error
 
 
-def narrowed(prefix: str) -> str | None:
-    """The folder part of a listing prefix ("a/b/" of "a/b/c"), or None when it is not a plain folder path."""
-    base = prefix[: prefix.rfind("/") + 1]
-    if not base or any(part in ("", ".", "..") for part in base.split("/")[:-1]):
-        return None
-    return base
-
-
-def marker_within(base: str, marker: str, marker_is_prefix: bool) -> str | None:
-    """The listing marker relative to `base`, "" for "from the start", None when every key under it is past.
-
-    localbucket skips keys up to the marker (byte order) and, for a prefix
-    marker, keys under it; every key listed here starts with `base`.
-    """
-    if marker.startswith(base):
-        return marker[len(base) :]
-    if marker_is_prefix and base.startswith(marker):
-        return None
-    return "" if marker.encode() < base.encode() else None
-
-
 class Handler(localbucket.S3Handler):  # type: ignore[misc]
     """localbucket's handler with conditional writes, consistent reads and bulk deletes (module docstring)."""
 
-    locks: KeyLocks  # per server: make_server binds it with the data root
+    # Per server: make_server binds them with the data root.
+    locks: KeyLocks
+    listings: Listings
 
     def setup(self) -> None:
         super().setup()
@@ -122,11 +108,14 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
                 if not localbucket.etag_matches(if_match, localbucket.object_etag(target)):
                     raise self._precondition_failed_error()
             etag: str = super()._write_object(bucket, key, write)
+            self.listings.added(target, self._bucket_dir(bucket))
             return etag
 
     def _delete_object(self, bucket: str, key: str) -> None:
-        with self.locks.held(self._object_path(bucket, key)):
+        target = self._object_path(bucket, key)
+        with self.locks.held(target):
             super()._delete_object(bucket, key)
+            self.listings.removed(target, self._bucket_dir(bucket))
 
     def _get(self, bucket: str, key: str, include_body: bool) -> None:
         """GetObject/HeadObject; the ETag is the MD5 of the bytes read from the one open file.
@@ -193,6 +182,7 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
             with self.locks.held(target):
                 if target.is_file():
                     target.unlink(missing_ok=True)
+                    self.listings.removed(target, self._bucket_dir(bucket))
             if not quiet:
                 localbucket.sub_element(ET.SubElement(result, "Deleted"), "Key", key)
         self._send_xml(result)
@@ -205,25 +195,67 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
         marker: str,
         marker_is_prefix: bool,
         max_keys: int,
-    ) -> Listing:
-        """localbucket's paging, run on the folder the prefix names instead of the whole bucket."""
-        base = narrowed(prefix)
-        if base is None:
-            full: Listing = super()._list_entries(bucket_dir, prefix, delimiter, marker, marker_is_prefix, max_keys)
-            return full
-        within = marker_within(base, marker, marker_is_prefix) if marker else ""
-        if within is None:
-            return [], [], False, ""
-        folder = bucket_dir.joinpath(*base.split("/")[:-1])
-        contents, common, truncated, last = super()._list_entries(
-            folder, prefix[len(base) :], delimiter, within, marker_is_prefix and within != "", max_keys
+    ) -> Page:
+        return self.listings.page(bucket_dir, prefix, delimiter, marker, marker_is_prefix, max_keys)
+
+    def _list_objects_v2(self, bucket: str) -> None:
+        """ListObjectsV2 written out directly: ElementTree costs more than the rest of a 1,000-key page.
+
+        The query handling is localbucket's (its helpers, its continuation
+        tokens); times carry milliseconds, which tansu compares.
+        """
+        bucket_dir = self._bucket_dir(bucket)
+        query = self.query
+        prefix, delimiter = query.get("prefix", ""), query.get("delimiter", "")
+        start_after, token = query.get("start-after", ""), query.get("continuation-token")
+        max_keys = self._max_keys()
+        marker, marker_is_prefix = start_after, False
+        if token is not None:
+            try:
+                decoded = base64.urlsafe_b64decode(token.encode()).decode()
+            except ValueError:
+                decoded = ""
+            if decoded[:2] not in ("K:", "P:"):
+                raise localbucket.S3Error(
+                    HTTPStatus.BAD_REQUEST, "InvalidArgument", "The continuation token provided is incorrect."
+                )
+            marker, marker_is_prefix = decoded[2:], decoded.startswith("P:")
+        contents, common, truncated, last = self._list_entries(
+            bucket_dir, prefix, delimiter, marker, marker_is_prefix, max_keys
         )
-        return (
-            [(base + name, path) for name, path in contents],
-            [base + name for name in common],
-            truncated,
-            last[:2] + base + last[2:] if last else "",
-        )
+        encode = self._list_encoder()
+        out = [
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult xmlns="{localbucket.S3_NAMESPACE}">',
+            f"<Name>{escape(bucket)}</Name><Prefix>{escape(encode(prefix))}</Prefix>",
+            f"<Delimiter>{escape(encode(delimiter))}</Delimiter>" if delimiter else "",
+            f"<MaxKeys>{max_keys}</MaxKeys><KeyCount>{len(contents) + len(common)}</KeyCount>",
+            f"<IsTruncated>{'true' if truncated else 'false'}</IsTruncated>",
+            f"<ContinuationToken>{escape(token)}</ContinuationToken>" if token is not None else "",
+            f"<NextContinuationToken>{base64.urlsafe_b64encode(last.encode()).decode()}</NextContinuationToken>"
+            if truncated
+            else "",
+            f"<StartAfter>{escape(encode(start_after))}</StartAfter>" if start_after else "",
+            "<EncodingType>url</EncodingType>" if query.get("encoding-type") == "url" else "",
+        ]
+        for key, path in contents:
+            try:
+                stat = path.stat()
+                etag = localbucket.object_etag(path)
+            except FileNotFoundError:
+                continue  # deleted since the page was read
+            out.append(
+                f"<Contents><Key>{escape(encode(key))}</Key><LastModified>{iso_millis(stat.st_mtime)}</LastModified>"
+                f"<ETag>&quot;{etag}&quot;</ETag><Size>{stat.st_size}</Size>"
+                "<StorageClass>STANDARD</StorageClass></Contents>"
+            )
+        out += [f"<CommonPrefixes><Prefix>{escape(encode(p))}</Prefix></CommonPrefixes>" for p in common]
+        out.append("</ListBucketResult>")
+        self._send(HTTPStatus.OK, "".join(out).encode(), {"Content-Type": "application/xml"})
+
+
+def iso_millis(epoch: float) -> str:
+    """An S3 listing time: UTC, milliseconds (localbucket writes whole seconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch * 1000) % 1000:03d}Z"
 
 
 class Server(ThreadingHTTPServer):
@@ -256,7 +288,7 @@ def make_server(root: Path, host: str, port: int, buckets: list[str]) -> Server:
     swept = sweep_temporary(root)
     if swept:
         log.info("removed %d temporary files left by an earlier run", swept)
-    handler = type("BoundHandler", (Handler,), {"data_root": root, "locks": KeyLocks()})
+    handler = type("BoundHandler", (Handler,), {"data_root": root, "locks": KeyLocks(), "listings": Listings()})
     return Server((host, port), handler)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from schemas.events import TurnEvent
-from schemas.memory import MemoryId, MemoryRecord
+from schemas.memory import Int32, MemoryId, MemoryRecord
 from schemas.validation import Identifier, Timestamp
 
 EXPORT_FORMAT: Literal["memstream.export/v1"] = "memstream.export/v1"
@@ -38,8 +38,8 @@ class ExportedSession(BaseModel):
 
     session_id: Identifier
     window_turns: list[TurnEvent]
-    window_tokens: int = Field(ge=0)
-    turn_count: int = Field(ge=0)
+    window_tokens: int = Field(ge=0, le=Int32)
+    turn_count: int = Field(ge=0, le=Int32)
     last_turn_at: AwareDatetime | None = None
     closed_at: AwareDatetime | None = None
     end_event_id: str | None = None
@@ -55,7 +55,7 @@ class ExportedSummary(BaseModel):
     summary: str
     previous_summary: str
     chunk_id: str
-    through_turn_index: int
+    through_turn_index: int = Field(ge=0, le=Int32)
     through_event_id: str
     updated_at: AwareDatetime
 
@@ -133,7 +133,10 @@ class ExportDocument(BaseModel):
     # Every memory in every status, oldest observation first: history is the superseded/merged/deleted rows.
     memories: list[MemoryRecord] = Field(default_factory=list)
     # Memory id → embedding, only when asked for (`?vectors=true`).
-    vectors: dict[MemoryId, list[float]] = Field(default_factory=dict)
+    vectors: dict[MemoryId, list[float]] = Field(
+        default_factory=dict,
+        json_schema_extra={"additionalProperties": False},  # keys are memory ids only
+    )
     sessions: list[ExportedSession] = Field(default_factory=list)
     turns: list[ExportedTurn] = Field(default_factory=list)
     session_summaries: list[ExportedSummary] = Field(default_factory=list)

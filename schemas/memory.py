@@ -15,6 +15,8 @@ SCHEMA_VERSION: Literal[1] = 1
 
 # Memory ids are UUIDs (deterministic uuid5 in our stages): Qdrant accepts
 # nothing else as a point id, so a bad one must fail validation, not indexing.
+# A Postgres `integer` column: what the store holds is what the contract admits.
+Int32 = 2**31 - 1
 MemoryId = Annotated[
     str, Field(pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 ]
@@ -160,9 +162,9 @@ class MemoryRecord(BaseModel):
     superseded_by: str | None = None
     source: Provenance
     entities: list[str] = Field(default_factory=list)
-    access_count: int = 0
-    reinforcement_count: int = 0
-    version: int = 1
+    access_count: int = Field(default=0, ge=0, le=Int32)
+    reinforcement_count: int = Field(default=0, ge=0, le=Int32)
+    version: int = Field(default=1, ge=1, le=Int32)
     last_accessed_at: AwareDatetime | None = None
     # Folded into a pattern: kept, but out of default recall.
     compressed: bool = False

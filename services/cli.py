@@ -175,7 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    from services.generations import scoped
+
+    settings = scoped(Settings())  # MEMSTREAM_GENERATION: this process's schema, topics, groups and index
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     code: int = args.func(settings, args)
     return code

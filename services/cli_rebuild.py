@@ -7,6 +7,9 @@
 - `rebuild store --from changes`: Postgres memory from `memory.changes`
   (after losing the database). Needs the broker and Postgres: run it with
   the stack up.
+- `rebuild generation NAME --from archive`: all memory derived again from
+  `memory.archive` into a new generation, while the current one serves
+  (services/rebuild/generation.py); `generation list|switch|drop` manage them.
 
 Progress is a bar with rate and ETA on a terminal, log lines otherwise.
 """
@@ -15,12 +18,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from services.config import Settings
 from services.errors import StackError
+
+T = TypeVar("T")
 
 
 def _report(what: str, unit: str, count: int, started: float, details: dict[str, Any]) -> None:
@@ -63,15 +70,93 @@ def _cmd_index(settings: Settings, _: argparse.Namespace) -> int:
 
 
 def _cmd_store(settings: Settings, args: argparse.Namespace) -> int:
+    from services.generations import of
     from services.rebuild.progress import Progress
     from services.rebuild.store import rebuild_store
 
     progress = Progress("store", unit="changes")
     started = time.perf_counter()
-    tally, ended = asyncio.run(rebuild_store(settings, progress, settle=args.settle, idle=args.idle))
+    # In a generation (MEMSTREAM_GENERATION) its own changes topic, into its own schema.
+    topic = of(settings).topic("changes")
+    tally, ended = asyncio.run(rebuild_store(settings, progress, topic=topic, settle=args.settle, idle=args.idle))
     progress.finish()
-    _report("store rebuilt from memory.changes", "changes", tally.messages, started, {**tally.as_dict(), "end": ended})
+    _report(f"store rebuilt from {topic}", "changes", tally.messages, started, {**tally.as_dict(), "end": ended})
     return 0 if tally.rejected == 0 and tally.undecodable == 0 else 2
+
+
+def _cmd_generation_rebuild(settings: Settings, args: argparse.Namespace) -> int:
+    from services.generations import GenerationError
+    from services.rebuild.generation import rebuild_generation
+    from services.rebuild.progress import Progress
+
+    if settings.generation:
+        print("rebuild generation: run it from the default generation (unset MEMSTREAM_GENERATION)", file=sys.stderr)
+        return 1
+    progress = Progress(f"archive → {args.name}", unit="events")
+    started = time.perf_counter()
+    try:
+        tally = asyncio.run(rebuild_generation(settings, args.name, progress, settle=args.settle, within=args.timeout))
+    except GenerationError as exc:
+        print(f"rebuild generation: {exc}", file=sys.stderr)
+        return 1
+    _report(f"generation {args.name} ready", "events", tally.events, started, tally.as_dict())
+    print(f"serve it with: memstream generation switch {args.name}")
+    return 0
+
+
+def _registry(settings: Settings, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Run `work` on one autocommit connection to the registry's database (the default generation's)."""
+    from psycopg import AsyncConnection
+    from psycopg.rows import dict_row
+
+    async def run() -> T:
+        async with await AsyncConnection.connect(settings.pg_dsn, autocommit=True, row_factory=dict_row) as conn:
+            return await work(conn)
+
+    return asyncio.run(run())
+
+
+def _cmd_generation_list(settings: Settings, args: argparse.Namespace) -> int:
+    from services import generations
+
+    rows = _registry(settings, generations.listing)
+    if args.json:
+        print(json.dumps([{**r.__dict__, "schema": r.schema} for r in rows], default=str, indent=2))
+        return 0
+    print(f"{'name':<20} {'state':<9} {'schema':<22} {'switched':<20} detail")
+    for r in rows:
+        switched = r.switched_at.isoformat(timespec="seconds") if r.switched_at else "-"
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(r.detail.items()) if k in ("events", "active", "lag", "error"))
+        print(f"{r.name:<20} {r.state:<9} {r.schema:<22} {switched:<20} {detail or '-'}")
+    return 0
+
+
+def _cmd_generation_switch(settings: Settings, args: argparse.Namespace) -> int:
+    from services import generations
+
+    try:
+        before = _registry(settings, lambda conn: generations.switch(conn, args.name))
+    except generations.GenerationError as exc:
+        print(f"generation switch: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"generation {args.name} serves (was {before}); the read service follows within "
+        f"{settings.generation_refresh_seconds:g}s (/readyz shows which one it serves)"
+    )
+    return 0
+
+
+def _cmd_generation_drop(settings: Settings, args: argparse.Namespace) -> int:
+    from services import generations
+    from services.rebuild.generation import drop_generation
+
+    try:
+        removed = asyncio.run(drop_generation(settings, args.name))
+    except generations.GenerationError as exc:
+        print(f"generation drop: {exc}", file=sys.stderr)
+        return 1
+    print(f"generation {args.name} dropped: {', '.join(removed) or 'nothing held'}")
+    return 0
 
 
 def add_parser(sub: Any) -> None:
@@ -89,3 +174,25 @@ def add_parser(sub: Any) -> None:
         "--idle", type=float, default=10.0, help="seconds without any message after which the log counts as ended"
     )
     store.set_defaults(func=_cmd_store)
+    gen = kinds.add_parser(
+        "generation", help="derive all memory again from memory.archive into a new generation, beside the serving one"
+    )
+    gen.add_argument("name", help="the new generation's name: lowercase letters, digits, _")
+    gen.add_argument("--from", dest="source", choices=["archive"], required=True, help="the log to replay")
+    gen.add_argument(
+        "--settle", type=float, default=5.0, help="seconds every stage must stay caught up before it is done"
+    )
+    gen.add_argument("--timeout", type=float, default=3600.0, help="give up after this many seconds")
+    gen.set_defaults(func=_cmd_generation_rebuild)
+
+    generation = sub.add_parser("generation", help="list, switch or drop generations of memory")
+    ops = generation.add_subparsers(dest="generation_command", required=True)
+    listed = ops.add_parser("list", help="every generation, its state and figures")
+    listed.add_argument("--json", action="store_true")
+    listed.set_defaults(func=_cmd_generation_list)
+    switch = ops.add_parser("switch", help="make a ready generation (or `default`) the one the read service serves")
+    switch.add_argument("name")
+    switch.set_defaults(func=_cmd_generation_switch)
+    dropped = ops.add_parser("drop", help="delete a generation that does not serve: schema, topics, index")
+    dropped.add_argument("name")
+    dropped.set_defaults(func=_cmd_generation_drop)

@@ -205,6 +205,15 @@ class Settings(BaseSettings):
     # ops/s3store.py, kept across restarts. memory: gone when the broker stops (topics declared again at start).
     kafka_storage: Literal["s3", "memory"] = "s3"
 
+    # --- generations (issue 10; services/generations.py, services/cli_rebuild.py) ---
+    # The generation this process runs in (its schema, topics, consumer groups and index); unset = the default
+    # generation, today's names. `main()` derives the rest from it (services.generations.scoped).
+    generation: str | None = None
+    # The Qdrant Edge shard directory; unset = data_dir/qdrant. A generation's processes get their own.
+    qdrant_dir: Path | None = None
+    # Seconds between the read service's looks at which generation serves (public.generations).
+    generation_refresh_seconds: float = 2.0
+
     # Fault tests only: {"window.after_commit": 5} kills the process there (services/faults.py).
     crash_points: dict[str, int] = {}
 
@@ -214,7 +223,7 @@ class Settings(BaseSettings):
 
     @property
     def qdrant_path(self) -> Path:
-        return self.data_dir / "qdrant"
+        return self.qdrant_dir or self.data_dir / "qdrant"
 
     @property
     def pg_data(self) -> Path:

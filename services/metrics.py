@@ -57,6 +57,29 @@ HTTP_REQUESTS = Counter("memstream_http_requests_total", "HTTP requests by route
 
 MEMORIES = Gauge("memstream_memories", "Memories stored, by type and status", ["type", "status"])
 
+# Generations (issue 10; services/generations.py): few by nature, so a name is a fair label.
+GENERATION_SERVING = Gauge(
+    "memstream_generation_serving",
+    "1 for the generation the read service answers from, 0 for the others",
+    ["generation"],
+)
+GENERATION_LAG = Gauge(
+    "memstream_generation_rebuild_lag_messages",
+    "Messages a generation being rebuilt has yet to process, over all its stages",
+    ["generation"],
+)
+
+
+def set_generations(serving: dict[str, bool], lags: dict[str, int | None]) -> None:
+    """Every generation's series, and only theirs (a dropped generation's series go)."""
+    GENERATION_SERVING.clear()
+    GENERATION_LAG.clear()
+    for name, on in serving.items():
+        GENERATION_SERVING.labels(generation=name).set(1 if on else 0)
+    for name, lag in lags.items():
+        if lag is not None:
+            GENERATION_LAG.labels(generation=name).set(lag)
+
 
 def declare_stage(stage: str) -> None:
     """Create a stage's zero-valued series up front.

@@ -19,8 +19,7 @@ from prometheus_client import start_http_server
 
 from agents.app import build_apps
 from agents.stages import INDEX_STAGE, STAGE_NAMES
-from services.api.app import create_app
-from services.api.health import Readiness
+from services.api.serving import read_service
 from services.config import Settings
 from services.runtime import Runtime
 
@@ -92,12 +91,17 @@ def run_worker(settings: Settings, *, with_api: bool, stages: Sequence[str] = ST
     log.info("stages %s, consumer groups %s", ",".join(stages), ", ".join(s.app.conf.id for s in stage_apps))
     worker.loop.run_until_complete(runtime.start(with_index=with_api or INDEX_STAGE in stages))
 
-    server = _EmbeddedServer(_uvicorn_config(create_app(runtime, Readiness(runtime)), settings)) if with_api else None
-    if server is not None:
+    api, serving = read_service(runtime) if with_api else (None, None)
+    server = _EmbeddedServer(_uvicorn_config(api, settings)) if api is not None else None
+    if server is not None and serving is not None:
 
         @app.task  # type: ignore[untyped-decorator]
         async def serve_http() -> None:
             await server.serve()
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def follow_generation() -> None:
+            await serving.follow(settings.generation_refresh_seconds)
     else:
         start_http_server(settings.worker_metrics_port, addr=settings.http_host)
 
@@ -115,10 +119,13 @@ def run_api(settings: Settings) -> None:
     async def main() -> None:
         runtime = Runtime.create(settings)
         await runtime.start()
-        server = uvicorn.Server(_uvicorn_config(create_app(runtime, Readiness(runtime)), settings))
+        api, serving = read_service(runtime)
+        server = uvicorn.Server(_uvicorn_config(api, settings))
+        follower = asyncio.create_task(serving.follow(settings.generation_refresh_seconds))
         try:
             await server.serve()
         finally:
+            follower.cancel()
             await runtime.stop()
 
     asyncio.run(main())

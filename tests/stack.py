@@ -54,6 +54,12 @@ class Stack:
         """Where worker `number` serves its metrics (the read service's process serves its own on /metrics)."""
         return f"http://127.0.0.1:{int(self.env['MEMSTREAM_WORKER_METRICS_PORT']) + number - 1}/metrics"
 
+    def partitions_held(self, number: int | None = None) -> dict[str, int]:
+        """Partitions worker `number` (None: the read service's process) holds, by stage."""
+        if number is None:
+            return assigned_partitions(self.request("GET", "/metrics", timeout=5).text)
+        return assigned_partitions(httpx.get(self.worker_metrics_url(number), timeout=5).text)
+
     @property
     def api_key(self) -> str:
         """The operator key `memstream up` created in the data dir (every tenant, admin)."""
@@ -86,6 +92,18 @@ class Stack:
         response.raise_for_status()
         found: list[dict[str, Any]] = response.json()["memories"]
         return found
+
+
+def assigned_partitions(metrics_text: str) -> dict[str, int]:
+    """A process's memstream_assigned_partitions gauge, by stage: how its stages' partitions spread."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        sample.labels["stage"]: int(sample.value)
+        for family in text_string_to_metric_families(metrics_text)
+        if family.name == "memstream_assigned_partitions"
+        for sample in family.samples
+    }
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:

@@ -111,7 +111,8 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     dlq = DeadLetters(topics.dlq, s.max_message_bytes)
     by_name = topics.by_name()
     # The archive's writer may generate the master key (data_dir/master-key) when none is configured.
-    keys = KeyStore.from_settings(rt.pg, s, create_master=True)
+    # A generation's window (services/generations.py) replays the archive: it must not archive its input again.
+    keys = None if s.generation else KeyStore.from_settings(rt.pg, s, create_master=True)
     for reason in (*REASONS, CONFLICT_REASON, *HANDLING_REASONS):  # zero series, so increase() counts the first
         metrics.DLQ.labels(stage=STAGE, reason=reason)
 

@@ -12,11 +12,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaClient
 
+from services.generations import DEFAULT
 from services.kafka_auth import aiokafka_kwargs
 from services.runtime import Runtime
+
+if TYPE_CHECKING:
+    from services.api.serving import ServingGeneration
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +30,28 @@ _PROBE_SHARE = 0.8
 
 
 class Readiness:
-    def __init__(self, rt: Runtime) -> None:
+    """`serving`: the follower of the serving generation (services/api/serving.py), when the process has one.
+
+    The Postgres and index probes ask the Runtime's current pool and index,
+    so after a generation switch they check the generation that answers.
+    """
+
+    def __init__(self, rt: Runtime, serving: ServingGeneration | None = None) -> None:
         self._rt = rt
+        self._serving = serving
         self.deadline = rt.settings.readyz_timeout * _PROBE_SHARE
         self._probes: dict[str, Callable[[], Awaitable[bool]]] = {
             "kafka": self._kafka,
-            "postgres": rt.pg.ping,
-            "qdrant": rt.index.ping,
+            "postgres": lambda: self._rt.pg.ping(),
+            "qdrant": lambda: self._rt.index.ping(),
         }
         self._running: dict[str, asyncio.Task[bool]] = {}
+
+    def report(self) -> dict[str, Any]:
+        """What /readyz says beside the checks: the generation it serves, and the lag of any being rebuilt."""
+        if self._serving is not None:
+            return self._serving.report()
+        return {"generation": self._rt.settings.generation or DEFAULT, "rebuilding": {}}
 
     async def _kafka(self) -> bool:
         """A fresh client per probe, so a broker that comes back is seen; bounded by the deadline."""

@@ -25,10 +25,11 @@ Where the new index goes depends on the engine:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -98,7 +99,7 @@ async def count_indexable(pool: PgPool, dim: int) -> tuple[int, int]:
 
 async def indexable_rows(
     pool: PgPool, dim: int, *, since: datetime | None = None, page: int = PAGE
-) -> AsyncIterator[list[tuple[MemoryRecord, list[float]]]]:
+) -> AsyncGenerator[list[tuple[MemoryRecord, list[float]]], None]:
     """Pages of active rows with an embedding of `dim` dimensions, in id order (updated at or after `since`)."""
     after = ""
     while True:
@@ -133,7 +134,10 @@ async def fill(
             if progress is not None:
                 progress.advance(len(rows))
     finally:
-        ahead.cancel()
+        if not ahead.done():
+            ahead.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ahead
         await pages.aclose()
     return written
 

@@ -142,3 +142,43 @@ def covered(first: Mapping[Any, int], positions: Mapping[Any, Position]) -> int 
     if any(p.highwater is None for p in positions.values()):
         return None
     return sum(max(0, (p.highwater or 0) - first[tp]) for tp, p in positions.items())
+
+
+async def group_lag(settings: Settings, group: str, topic: str, within: float = 5.0) -> int | None:
+    """Messages of `topic` that consumer group `group` has not committed yet; None if a watermark never came.
+
+    Read as the embedded broker allows (see the module doc): the group's
+    committed offsets through OffsetFetch (a consumer that assigns partitions
+    by hand never joins the group), the ends from fetch responses. A
+    partition the group never committed counts from its first offset.
+    """
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+        max_partition_fetch_bytes=1024,
+        **aiokafka_kwargs(settings),
+    )
+    await consumer.start()
+    try:
+        await consumer.topics()
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        if not tps:
+            return None
+        consumer.assign(tps)
+        committed = {tp: await consumer.committed(tp) for tp in tps}
+        await consumer.seek_to_beginning(*tps)
+        first = {tp: await consumer.position(tp) for tp in tps}
+        deadline = time.monotonic() + within
+        while any(consumer.highwater(tp) is None for tp in tps):
+            if time.monotonic() > deadline:
+                return None
+            await consumer.getmany(timeout_ms=100, max_records=1)
+        ends: dict[Any, int] = {tp: consumer.highwater(tp) for tp in tps}
+        lag: int = sum(max(0, ends[tp] - (committed[tp] or first[tp])) for tp in tps)
+        return lag
+    finally:
+        await consumer.stop()

@@ -20,24 +20,28 @@ Three adaptations, all about the tool, not the service:
   a schema is never valid, so it would be discarded), so the "no lone
   surrogate" clause of ids, metadata strings and message content is dropped
   from its copy of the document;
-- the valid cases it generates are kept to what JSON Schema cannot tell
-  apart: text without lone surrogates, in NFC (the document states both in
-  `x-memstream-validator-only`; tests/api/test_hostile.py sends them), and no
+- the cases it counts valid are kept to what JSON Schema cannot express:
+  text without lone surrogates, in NFC (the document states both in
+  `x-memstream-validator-only`; tests/api/test_hostile.py sends them), no
   whole float such as 5.0 where only an integer may stand (JSON counts it as
-  5, the service's strict models refuse it; tests/unit/test_contract.py).
+  5, the service's strict models refuse it; tests/unit/test_contract.py), and
+  a body within the server's size limit (documented 413); for invalid cases,
+  a 413 counts as the refusal it is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -45,6 +49,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
+from schemathesis.config import ChecksConfig
 from schemathesis.core.failures import FailureGroup
 from schemathesis.core.result import Ok
 
@@ -59,8 +64,16 @@ from tests.pg import PgServer
 ROOT = Path(__file__).resolve().parents[2]
 # The key is ours to send (`with-security-parameters` off: schemathesis still probes a request without it).
 # Unknown query parameters are ignored, as OpenAPI leaves them; schemathesis would count one as invalid input.
+# A body over the server's size limit is refused before it is read: 413 (documented) is a refusal too.
 CONFIG = schemathesis.Config.from_dict(
-    {"generation": {"with-security-parameters": False, "allow-extra-parameters": False}}
+    {
+        "generation": {"with-security-parameters": False, "allow-extra-parameters": False},
+        "checks": {
+            "negative_data_rejection": {
+                "expected-statuses": [*ChecksConfig.from_dict({}).negative_data_rejection.expected_statuses, "413"]
+            }
+        },
+    }
 )
 MAX_EXAMPLES = 15
 # An operator key must name the tenant (documented on `tenant_id`); generated cases that leave
@@ -72,6 +85,7 @@ TENANT = "acme"
 class Live:
     base_url: str
     operator_key: str
+    max_body_bytes: int
 
 
 def _free_port() -> int:
@@ -114,7 +128,7 @@ def live(api_pg: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         try:
             thread.wait_started(120)
             _, key = create_key(thread, None, Role.ADMIN, "schemathesis operator")
-            yield Live(f"http://127.0.0.1:{thread.port}", key)
+            yield Live(f"http://127.0.0.1:{thread.port}", key, settings.http_max_body_bytes)
         finally:
             thread.stop()
     finally:
@@ -185,16 +199,27 @@ def _whole_float_as_integer(document: dict[str, Any], value: Any, schemas: list[
     return False
 
 
-def _valid_as_documented(document: dict[str, Any], case: schemathesis.Case) -> bool:
+def _valid_as_documented(document: dict[str, Any], max_body_bytes: int, case: schemathesis.Case) -> bool:
     """A case schemathesis counts valid (a negative round makes some too) is valid by the rules JSON Schema cannot
     express as well (see the module docstring); a case it means to be invalid is left as it is."""
     if case.meta is not None and not case.meta.generation.mode.is_positive:
         return True
-    parts = (case.path_parameters, case.query, case.body if isinstance(case.body, dict | list | str) else None)
+    # Path parameters come percent-encoded from generation already; the rules are about the text they carry.
+    path = {
+        name: unquote(value) if isinstance(value, str) else value
+        for name, value in (case.path_parameters or {}).items()
+    }
+    parts = (path, case.query, case.body if isinstance(case.body, dict | list | str) else None)
     operation = document["paths"][case.operation.path][case.operation.method.lower()]
     content = operation.get("requestBody", {}).get("content", {})
     body_schema = content.get(case.media_type, {}).get("schema")
-    return all(_expressible(part) for part in parts) and not _whole_float_as_integer(document, case.body, [body_schema])
+    # JSON Schema cannot bound the size of a whole body either (413, documented); sent as requests encodes it.
+    fits = not isinstance(case.body, dict | list) or len(json.dumps(case.body).encode()) <= max_body_bytes
+    return (
+        fits
+        and all(_expressible(part) for part in parts)
+        and not _whole_float_as_integer(document, case.body, [body_schema])
+    )
 
 
 def _document(live: Live) -> dict[str, Any]:
@@ -219,7 +244,7 @@ def _takes_input(operation: schemathesis.APIOperation) -> bool:
 
 
 def _cases(
-    document: dict[str, Any],
+    documented: Callable[[schemathesis.Case], bool],
     schema: schemathesis.BaseSchema,
     operation: schemathesis.APIOperation,
     mode: GenerationMode | None,
@@ -228,11 +253,7 @@ def _cases(
         # Without parameters or body there is nothing to make invalid: the examples round calls it.
         if not (_takes_input(operation) or mode.is_positive):
             return None
-        return (
-            operation.as_strategy(generation_mode=mode)
-            .map(_with_tenant)
-            .filter(partial(_valid_as_documented, document))
-        )
+        return operation.as_strategy(generation_mode=mode).map(_with_tenant).filter(documented)
     if not _takes_input(operation):
         return st.just(operation.Case())
     examples = schema.get_strategies_from_examples(operation)
@@ -242,6 +263,7 @@ def _cases(
 def _failures(live: Live, mode: GenerationMode | None) -> list[str]:
     document = _document(live)
     schema = schemathesis.openapi.from_dict(_without_surrogate_clauses(document), config=CONFIG)
+    documented = partial(_valid_as_documented, document, live.max_body_bytes)
     # An operator's key: every tenant is reachable, so cases go past the gate. Spelled as the
     # security scheme names it: schemathesis strips it by that name to probe that the key is required.
     auth = {"Authorization": f"Bearer {live.operator_key}"}
@@ -249,7 +271,7 @@ def _failures(live: Live, mode: GenerationMode | None) -> list[str]:
     operations = [result.ok() for result in schema.get_all_operations() if isinstance(result, Ok)]
     assert len(operations) >= 7, "every route must be in the document"
     for operation in operations:
-        cases = _cases(document, schema, operation, mode)
+        cases = _cases(documented, schema, operation, mode)
         if cases is None:
             if mode is None:
                 found.append(f"{operation.label}: no usable example in the document")

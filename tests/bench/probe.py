@@ -46,6 +46,26 @@ async def wait_drained(client: httpx.AsyncClient, within: float, quiet_polls: in
     return False
 
 
+async def pin_to_log_end(consumer: AIOKafkaConsumer, within: float = 30.0) -> None:
+    """Position every assigned partition at its log end, as a fetch response reports it.
+
+    Not seek_to_end() alone: tansu's ListOffsets "latest" answers the first
+    offset of a recent batch plus one, short of the end (README, the embedded
+    broker), while the high watermark in its fetch responses is exact. So:
+    seek to that early end, fetch until every partition has reported its high
+    watermark (the records fetched meanwhile predate the pin), then seek there.
+    """
+    await consumer.seek_to_end()
+    partitions = consumer.assignment()
+    deadline = time.monotonic() + within
+    while any(consumer.highwater(tp) is None for tp in partitions):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no fetch response for {partitions} within {within}s")
+        await consumer.getmany(timeout_ms=100)
+    for tp in partitions:
+        consumer.seek(tp, consumer.highwater(tp))
+
+
 class ChangeWatcher:
     """Consumes memory.changes from its end and calls `on_change(change, arrival)` for each."""
 
@@ -59,9 +79,7 @@ class ChangeWatcher:
     async def __aenter__(self) -> ChangeWatcher:
         await self._consumer.start()
         # Pin the starting offsets now, so nothing produced after this is missed.
-        await self._consumer.seek_to_end()
-        for tp in self._consumer.assignment():
-            await self._consumer.position(tp)
+        await pin_to_log_end(self._consumer)
         self._task = asyncio.create_task(self._run())
         return self
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from services.embedding import MiniLmEmbedder
-from tests.bench import auth_check, pipeline, recall_load
+from tests.bench import auth_check, pipeline, recall_load, scaling
 from tests.bench import rebuild as rebuild_bench
 from tests.bench.corpus import conversations
 from tests.bench.probe import peak_rss_mib
@@ -40,10 +41,15 @@ class Plan:
     load_users: int = 500
     clients: int = 8
     load_seconds: float = 30.0
+    # Optional stage (--scaling): one replay on a stack with 1, then 2 worker processes.
+    scaling_turns: int = 2_000
+    scaling_users: int = 24
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(turns=500, users=10, idle_tries=5, fresh_seconds=10, memories=5_000, load_seconds=5)
+        return cls(
+            turns=500, users=10, idle_tries=5, fresh_seconds=10, memories=5_000, load_seconds=5, scaling_turns=300
+        )
 
 
 async def _stage(
@@ -144,6 +150,12 @@ def table(results: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, to check the bench itself")
+    parser.add_argument(
+        "--scaling",
+        action="store_true",
+        default=os.environ.get("BENCH_SCALING") == "1",
+        help="also compare 1 vs 2 worker processes on two more stacks, ~5 min (or BENCH_SCALING=1 make bench)",
+    )
     args = parser.parse_args()
     plan = Plan.quick() if args.quick else Plan()
     corpus = conversations(plan.turns, plan.users)
@@ -154,6 +166,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=7, extra_env=fast_gauges) as stack:
         results["stack"] = {"start_seconds": time.perf_counter() - started}
         asyncio.run(on_stack(stack, plan, corpus, results))
+    if args.scaling:
+        started = time.perf_counter()
+        results["worker_scaling"] = scaling.compare(conversations(plan.scaling_turns, plan.scaling_users))
+        results["worker_scaling"]["stage_seconds"] = round(time.perf_counter() - started, 1)
+        print(f"  worker_scaling: {results['worker_scaling']}", flush=True)
     RESULTS.mkdir(exist_ok=True)
     text = table(results)
     (RESULTS / "bench.json").write_text(json.dumps(results, indent=2, default=str))

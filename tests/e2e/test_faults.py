@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -52,6 +53,7 @@ pytestmark = pytest.mark.e2e
 TENANT = "acme"
 # Port offsets: the session stack uses 0, the benchmarks 7 and 8.
 FUZZ_PORTS, PAUSE_PORTS, CRASH_PORTS = 31, 32, 33
+BROKER_PORTS = 61
 FUZZ_TENANTS = ("fz-a", "fz-b")
 
 TOPICS = (
@@ -590,3 +592,130 @@ async def test_killed_at_every_crash_point_loses_and_duplicates_nothing(crash_st
     assert_exactly_once(outcome)
     assert recall_dupes == []
     assert dlq == [], "a crash sent good data to the DLQ"
+
+
+# --- (d) the broker stopped, then killed and restarted from its storage ------------------
+
+
+@pytest.fixture
+def broker_stack(tmp_path: Path) -> Iterator[Stack]:
+    yield from fresh_stack(tmp_path, BROKER_PORTS)
+
+
+def stack_processes(stack: Stack, *markers: str) -> list[int]:
+    """Pids whose command line holds every marker (an address or path of this stack's own)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # exited meanwhile
+        if all(marker in argv for marker in markers):
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def broker_pids(stack: Stack) -> tuple[int, int]:
+    """(tansu, its S3 store) of this stack: tansu is the one listening on the stack's Kafka address."""
+    (tansu,) = stack_processes(stack, "tansu", f"--listener-url tcp://{stack.bootstrap}")
+    (store,) = stack_processes(stack, "ops.s3store", str((stack.data_dir / "kafka").resolve()))
+    return tansu, store
+
+
+def kafka_answers(stack: Stack) -> bool:
+    """The broker lists memstream's topics again (read back from its storage, or declared anew)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        listed = AdminClient({"bootstrap.servers": stack.bootstrap}).list_topics(timeout=2).topics
+    except KafkaException:
+        return False
+    return topics.TURNS in listed
+
+
+async def stream_unawaited(
+    stack: Stack, turns: list[dict[str, Any]], ends: list[dict[str, Any]], per_second: float
+) -> float:
+    """Turns at a steady rate whether or not the broker answers (a chat service keeps talking); all acknowledged.
+
+    Returns the second the last acknowledgement came. The message timeout
+    outlasts the outage: this test is about what the pipeline does with
+    what the broker acknowledged, not about the producer giving up.
+    """
+    async with TurnProducer(stack.bootstrap, message_timeout=120) as producer:
+        pending = []
+        for event in turns:
+            pending.append(asyncio.ensure_future(producer.send_raw([orjson.dumps(event)])))
+            await asyncio.sleep(1 / per_second)
+        await asyncio.gather(*pending)
+        await producer.send_raw([orjson.dumps(e) for e in ends])
+    return time.monotonic()
+
+
+async def test_broker_stopped_for_20s_then_restarted_while_turns_stream(broker_stack: Stack) -> None:
+    """A broker outage and restart mid-stream lose nothing: every turn is memory exactly once afterwards.
+
+    tansu is SIGSTOPped for 20 s while 200 turns stream in at 5 a second
+    (clients time out against a broker that accepts connections and never
+    answers), then SIGKILLed together with its S3 store, so the supervisor
+    must start both again and tansu must read topics, acknowledged
+    messages and committed offsets back from data_dir/kafka. The app rides
+    it out; nothing may be lost, doubled, or sent to the DLQ.
+    """
+    stack = broker_stack
+    turns, ends = conversation("broker", users=8, turns=200, seed=13)
+    tansu, store = broker_pids(stack)
+    pid_before = stack.app_pid()
+    streaming = asyncio.create_task(stream_unawaited(stack, turns, ends, per_second=5))
+    try:
+        await asyncio.sleep(8)
+        os.kill(tansu, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            await asyncio.sleep(5)
+            readyz = await readyz_during_outage(stack)
+            await asyncio.sleep(max(0.0, 20 - (time.monotonic() - stopped_at)))
+        finally:
+            os.kill(tansu, signal.SIGKILL)
+            os.kill(store, signal.SIGKILL)
+        killed_at = time.monotonic()
+        back = await asyncio.to_thread(
+            settle, lambda: set(broker_pids(stack)).isdisjoint({tansu, store}) and kafka_answers(stack), 60, 0.1
+        )
+        ready = await asyncio.to_thread(
+            settle, lambda: httpx.get(f"{stack.base_url}/readyz", timeout=5).status_code == 200, 90, 0.2
+        )
+        ready_after_kill = None if ready is None else round(time.monotonic() - killed_at, 1)
+        streamed_at = await streaming
+    finally:
+        streaming.cancel()
+
+    recovered = settle(all_remembered(stack, turns), timeout=180)
+    done_at = time.monotonic()
+    outcome = memory_outcome(stack, turns)
+    dlq = await read_dlq(stack.bootstrap, quiet=2, within=20)
+    up_log = (stack.data_dir / "up.log").read_text(errors="replace")
+    record_fault_figures(
+        "broker_stopped_and_restarted",
+        turns_streamed=len(turns),
+        session_ends=len(ends),
+        stopped_seconds=round(killed_at - stopped_at, 1),
+        readyz_while_stopped=readyz,
+        seconds_until_broker_answers_after_kill=None if back is None else round(back, 1),
+        seconds_until_ready_after_kill=ready_after_kill,
+        **outcome_figures(outcome),
+        dlq=len(dlq),
+        dlq_reasons=dict(Counter(e.reason for e in dlq)),
+        seconds_to_recover=None if recovered is None else round(done_at - killed_at, 1),
+        seconds_after_last_ack=None if recovered is None else round(done_at - streamed_at, 1),
+        app_restarts=app_restarts(stack),
+    )
+    assert "broker exited" in up_log
+    assert "kafka-store exited" in up_log
+    assert back is not None, "the supervisor did not bring the broker back"
+    assert recovered is not None, f"not complete 180 s after the restart: {outcome_figures(outcome)}"
+    assert_exactly_once(outcome)
+    assert dlq == [], "a broker outage sent good data to the DLQ"
+    assert stack.app_pid() == pid_before, "the app exited during the broker outage"
+    assert readyz["status"] == 503, f"/readyz while the broker was stopped: {readyz}"

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from agents.stages import INDEX_STAGE, STAGE_NAMES, without
 from tests.e2e.test_faults import (
@@ -46,23 +45,9 @@ def workers_stack(tmp_path: Path) -> Iterator[Stack]:
     yield from fresh_stack(tmp_path, WORKERS_PORTS, env)
 
 
-def held_by_stage(text: str) -> dict[str, int]:
-    """A process's memstream_assigned_partitions gauge: the partitions it holds, by stage."""
-    return {
-        sample.labels["stage"]: int(sample.value)
-        for family in text_string_to_metric_families(text)
-        if family.name == "memstream_assigned_partitions"
-        for sample in family.samples
-    }
-
-
-def assigned(stack: Stack, number: int) -> dict[str, int]:
-    return held_by_stage(httpx.get(stack.worker_metrics_url(number), timeout=5).text)
-
-
 def spread(stack: Stack) -> dict[int, dict[str, int]] | None:
     """Both workers' assignments once every worker stage's partitions are all held, each by both workers; else None."""
-    seen = {number: assigned(stack, number) for number in (1, 2)}
+    seen = {number: stack.partitions_held(number) for number in (1, 2)}
     for stage in WORKER_STAGES:
         held = [seen[number].get(stage, 0) for number in (1, 2)]
         if sum(held) != PARTITIONS[stage] or min(held) == 0:
@@ -91,7 +76,7 @@ async def test_two_workers_share_partitions_and_survive_a_kill(workers_stack: St
         """The most partitions worker 2 held per stage while worker 1 was gone (takeover, when it came first)."""
         while time.monotonic() < until:
             try:
-                now = await asyncio.to_thread(assigned, stack, 2)
+                now = await asyncio.to_thread(stack.partitions_held, 2)
             except httpx.HTTPError:
                 now = {}
             for stage, count in now.items():
@@ -100,7 +85,7 @@ async def test_two_workers_share_partitions_and_survive_a_kill(workers_stack: St
 
     # The read service's process is a member of the index stage's group and of no other.
     def app_assignment() -> dict[str, int] | None:
-        held = held_by_stage(httpx.get(f"{stack.base_url}/metrics", headers=stack.headers, timeout=5).text)
+        held = stack.partitions_held()
         return held if any(held.values()) else None
 
     app_held = await asyncio.to_thread(wait_for, app_assignment, 30, "the app's first assignment gauge", 0.5)

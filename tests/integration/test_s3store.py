@@ -14,10 +14,11 @@ import hashlib
 import http.client
 import json
 import statistics
+import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -25,8 +26,11 @@ from urllib.parse import quote, urlencode
 
 import localbucket  # type: ignore[import-untyped]
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from ops.s3store import make_server, marker_within, narrowed, sweep_temporary
+from ops.s3listing import Listings, Page, first_component
+from ops.s3store import make_server, sweep_temporary
 
 BUCKET = "tansu"
 
@@ -224,12 +228,26 @@ QUERIES = [
     {"prefix": "clusters/c/topics/", "delimiter": "/", "max-keys": "1"},
     {"prefix": "clusters/c/topics/memory.", "delimiter": "/"},
     {"prefix": "clusters/c/topics/memory.changes/", "max-keys": "5", "start-after": "clusters/b"},
+    {"prefix": "clusters/c/topics/chat.turns/", "start-after": "clusters/c/topics/chat.turns/partitions/0000000000/z"},
+    {"start-after": "clusters/c/topics/memory.changes/partitions/0000000000/records/00000000000000000012.batch"},
+    {"prefix": "clusters/c/topics/", "delimiter": "."},
+    {"prefix": "clusters/c/topics/", "delimiter": "partitions/", "max-keys": "2"},
+    {"delimiter": "/"},
+    {"max-keys": "3"},
+    {"max-keys": "0"},
     {"prefix": "clusters/c/groups/"},
     {"prefix": "clusters/c/no-such-folder/"},
     {"prefix": "clusters/c/../c/topics/"},
     {"prefix": "clusters"},
     {},
 ]
+
+
+@pytest.fixture
+def plain_port_for() -> Iterator[Callable[[Path], int]]:
+    """Starts plain localbucket servers on given roots; stops them after the test."""
+    with contextlib.ExitStack() as servers:
+        yield lambda root: servers.enter_context(contextlib.contextmanager(serve)(plain_server(root)))
 
 
 @pytest.fixture(scope="module")
@@ -250,20 +268,29 @@ def test_listings_are_localbuckets_on_the_same_files(listed: tuple[int, int], qu
     assert Client(ours).list_all(**query) == Client(plain).list_all(**query)
 
 
-@pytest.mark.parametrize(
-    ("prefix", "base"),
-    [("a/b/c", "a/b/"), ("a/b/", "a/b/"), ("abc", None), ("", None), ("a//b", None), ("a/../b/", None)],
-)
-def test_narrowed_is_the_plain_folder_part_of_a_prefix(prefix: str, base: str | None) -> None:
-    assert narrowed(prefix) == base
+@pytest.mark.parametrize(("rest", "component"), [("a/b/c", "a/"), ("abc", "abc"), ("a/", "a/"), ("", "")])
+def test_first_component(rest: str, component: str) -> None:
+    assert first_component(rest) == component
 
 
-@pytest.mark.parametrize(
-    ("marker", "is_prefix", "within"),
-    [("a/b/x", False, "x"), ("a/b/x/", True, "x/"), ("a/", False, ""), ("a/", True, None), ("a/c", False, None)],
-)
-def test_marker_within_a_folder(marker: str, is_prefix: bool, within: str | None) -> None:
-    assert marker_within("a/b/", marker, is_prefix) == within
+def test_listings_follow_writes_and_deletes(port: int, plain_port_for: Callable[[Path], int], root: Path) -> None:
+    """The in-memory view is built at the first listing; every later write and delete must show in it."""
+    ours = Client(port)
+    _tansu_like_tree(ours)
+    everything = ours.list_all()
+    folder = "clusters/c/topics/memory.dlq/partitions/0000000000/records/"
+    ours.put(f"{folder}00000000000000000001.batch", b"new")
+    ours.put("clusters/c/topics/new.topic/partitions/0000000000/records/00000000000000000000.batch", b"new")
+    ours.put("clusters/c/meta.json", b'{"changed": true}')
+    ours.request("DELETE", f"/{BUCKET}/{quote(folder)}00000000000000000003.batch")
+    for n in range(0, 30, 3):  # empties a partition: localbucket removes the emptied folders
+        ours.request("DELETE", f"/{BUCKET}/clusters/c/topics/memory.dlq/partitions/0000000001/records/{n:0>20}.batch")
+    bulk = "".join(f"<Object><Key>{folder}{n:0>20}.batch</Key></Object>" for n in (6, 9, 99))
+    ours.request("POST", f"/{BUCKET}?delete", f"<Delete>{bulk}</Delete>".encode())
+    plain = Client(plain_port_for(root))
+    for query in [{}, {"prefix": folder}, {"prefix": "clusters/c/topics/", "delimiter": "/"}, {"max-keys": "50"}]:
+        assert ours.list_all(**query) == plain.list_all(**query)
+    assert ours.list_all() != everything
 
 
 def test_small_replies_do_not_wait_for_delayed_acks(port: int) -> None:
@@ -289,3 +316,42 @@ def test_a_killed_servers_temporary_files_are_swept(tmp_path: Path) -> None:
     assert sweep_temporary(tmp_path) == 1
     assert [p.name for p in folder.iterdir()] == ["meta.json"]
     assert (uploads / f"{localbucket.TEMP_PREFIX}part").exists(), "multipart uploads are localbucket's own"
+
+
+_SEGMENT = st.text(alphabet="ab-.", min_size=1, max_size=3).filter(lambda s: s not in (".", ".."))
+_KEYS = st.lists(st.lists(_SEGMENT, min_size=1, max_size=3).map("/".join), min_size=1, max_size=25, unique=True)
+_QUERY = st.text(alphabet="ab-./", max_size=6)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    keys=_KEYS,
+    prefix=_QUERY,
+    delimiter=st.sampled_from(["", "/", "-", "b/"]),
+    marker=_QUERY,
+    max_keys=st.integers(0, 4),
+)
+def test_pages_are_localbuckets_for_any_tree(
+    keys: list[str], prefix: str, delimiter: str, marker: str, max_keys: int
+) -> None:
+    """Every page, followed to the end through its continuation markers, equals localbucket's own walk."""
+    files = [k for k in keys if not any(other.startswith(k + "/") for other in keys)]
+    with tempfile.TemporaryDirectory() as tmp:
+        bucket = Path(tmp)
+        for key in files:
+            (bucket / key).parent.mkdir(parents=True, exist_ok=True)
+            (bucket / key).write_bytes(b"x")
+        listings = Listings()
+
+        def pages(list_entries: Callable[..., Page]) -> list[Page]:
+            out, mark, is_prefix = [], marker, False
+            while len(out) < 50:
+                page = list_entries(bucket, prefix, delimiter, mark, is_prefix, max_keys)
+                out.append(page)
+                if not page[2]:
+                    return out
+                mark, is_prefix = page[3][2:], page[3].startswith("P:")
+            return out
+
+        theirs = pages(lambda *args: localbucket.S3Handler._list_entries(None, *args))
+        assert pages(listings.page) == theirs

@@ -1,0 +1,301 @@
+"""Generations: memory derived again, side by side with the memory that serves.
+
+A generation is one complete derivation of memory from the log, with names
+of its own so two can run at once without touching each other:
+
+- Postgres: schema `g_<name>` holding the derived tables (memories, turns,
+  sessions, session summaries, applied commands, outbox); connections of
+  the generation put it first on their `search_path` (in the DSN, so the
+  pool, migrations and every one-off connection agree) with `public` after
+  it, where the shared tables stay: API keys, users' data keys, the
+  generations registry;
+- Kafka: its own consumer groups (`<app_id>.g-<name>-<stage>`) and its own
+  intermediate topics (`memory.evicted.g-<name>`, ... `memory.changes.g-<name>`),
+  plus `chat.turns.g-<name>`, its input, which a rebuild fills from
+  `memory.archive`. `memory.commands` and `memory.dlq` are shared: commands are
+  what users asked (delete, correct, forget), which every generation must
+  apply, and the dead letters name the topic they came from;
+- the index: collection `<collection>.g-<name>` on a Qdrant server, or a
+  shard directory of its own, `data_dir/generations/<name>/qdrant`.
+
+The default generation is today's memory under today's names: the public
+schema, `memstream-<stage>` groups, the plain topic names, the `memories`
+collection and `data_dir/qdrant`. Nothing changes for an install that never
+makes another.
+
+The serving generation is recorded in `public.generations` (one row per
+generation other than the default; at most one row `serving`, and none
+means the default serves). The table is created on first use, here, not
+by a numbered migration: it is the one table every generation shares.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from services import topics as names
+from services.config import Settings
+
+if TYPE_CHECKING:
+    from services.stores.postgres.pool import Conn
+
+DEFAULT = "default"
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
+# The derived tables: what a generation re-creates from the log. Every other table stays shared in `public`.
+DERIVED_TABLES = ("applied_commands", "memories", "outbox", "session_summaries", "sessions", "turns")
+# Shared tables that name users; a test holds DERIVED_TABLES + SHARED_TABLES to every table the migrations make.
+SHARED_TABLES = ("api_keys", "user_keys", "generations", "schema_migrations")
+# Roles whose topic a generation has to itself (services/topics.py names the roles).
+OWN_TOPIC_ROLES = ("turns", "evicted", "candidates", "embedded", "changes")
+REGISTRY_LOCK = 7_351_010
+
+State = Literal["building", "ready", "serving", "retired"]
+
+
+class GenerationError(ValueError):
+    """A name that cannot be a generation, or an operation its state does not allow; the message says which."""
+
+
+def check_name(name: str) -> str:
+    if name == DEFAULT or not NAME_PATTERN.match(name):
+        raise GenerationError(
+            f"generation name {name!r}: 1-30 characters, lowercase letters, digits and _, starting with a letter,"
+            f" and not {DEFAULT!r}"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Every name one generation goes by (see the module doc)."""
+
+    name: str
+
+    @property
+    def is_default(self) -> bool:
+        return self.name == DEFAULT
+
+    @property
+    def schema(self) -> str:
+        return "public" if self.is_default else f"g_{self.name}"
+
+    @property
+    def suffix(self) -> str:
+        return "" if self.is_default else f".g-{self.name}"
+
+    def topic(self, role: str) -> str:
+        base = names.BY_ROLE[role]
+        return base + self.suffix if role in OWN_TOPIC_ROLES else base
+
+    def topics(self) -> dict[str, str]:
+        """Role → Kafka topic name, for every role."""
+        return {role: self.topic(role) for role in names.BY_ROLE}
+
+    def own_topics(self) -> dict[str, str]:
+        """Base name → this generation's name, for the topics it has to itself (none for the default)."""
+        return {} if self.is_default else {names.BY_ROLE[r]: self.topic(r) for r in OWN_TOPIC_ROLES}
+
+    def app_id(self, base: str) -> str:
+        return base + self.suffix
+
+    def collection(self, base: str) -> str:
+        return base + self.suffix
+
+    def shard_dir(self, data_dir: Path) -> Path:
+        return data_dir / "qdrant" if self.is_default else data_dir / "generations" / self.name / "qdrant"
+
+    def dsn(self, dsn: str) -> str:
+        """`dsn` with this generation's schema first on the search path (the default's: unchanged)."""
+        if self.is_default:
+            return dsn
+        options = str(conninfo_to_dict(dsn).get("options", ""))
+        return make_conninfo(dsn, options=f"{options} -c search_path={self.schema},public".strip())
+
+
+def of(settings: Settings) -> Generation:
+    return Generation(settings.generation or DEFAULT)
+
+
+def scoped(settings: Settings, name: str | None = None) -> Settings:
+    """The settings of a process running in generation `name` (default: MEMSTREAM_GENERATION, if set).
+
+    Applying it twice changes nothing; the default generation's settings are returned as they are.
+    """
+    target = name or settings.generation or DEFAULT
+    if target == DEFAULT:
+        if settings.generation not in (None, DEFAULT):
+            raise GenerationError(f"settings of generation {settings.generation} cannot run as the default")
+        return settings
+    gen = Generation(check_name(target))
+    if settings.generation not in (None, gen.name):
+        raise GenerationError(f"settings of generation {settings.generation} cannot run as {gen.name}")
+    if settings.generation == gen.name and settings.app_id.endswith(gen.suffix):
+        return settings  # scoped already
+    return settings.model_copy(
+        update={
+            "generation": gen.name,
+            "app_id": gen.app_id(settings.app_id),
+            "pg_dsn": gen.dsn(settings.pg_dsn),
+            "qdrant_collection": gen.collection(settings.qdrant_collection),
+            "qdrant_dir": gen.shard_dir(settings.data_dir),
+        }
+    )
+
+
+# --- the registry (public.generations) ---
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    state: State
+    source: str
+    created_at: datetime | None
+    switched_at: datetime | None
+    detail: dict[str, Any]
+
+    @property
+    def schema(self) -> str:
+        return Generation(self.name).schema
+
+
+async def ensure_registry(conn: Conn) -> None:
+    """The registry table, created once (concurrent first uses wait for each other)."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (REGISTRY_LOCK,))
+        await conn.execute(
+            """CREATE TABLE IF NOT EXISTS public.generations (
+                   name        text PRIMARY KEY,
+                   state       text NOT NULL CHECK (state IN ('building', 'ready', 'serving', 'retired')),
+                   source      text NOT NULL,
+                   created_at  timestamptz NOT NULL DEFAULT now(),
+                   switched_at timestamptz,
+                   detail      jsonb NOT NULL DEFAULT '{}'
+               )"""
+        )
+        await conn.execute(
+            "CREATE UNIQUE INDEX IF NOT EXISTS generations_one_serving ON public.generations ((true))"
+            " WHERE state = 'serving'"
+        )
+
+
+async def _registry_exists(conn: Conn) -> bool:
+    cur = await conn.execute("SELECT to_regclass('public.generations') IS NOT NULL AS present")
+    row = await cur.fetchone()
+    return bool(row and row["present"])
+
+
+async def serving(conn: Conn) -> str:
+    """The serving generation's name: the default when no row serves (or no registry exists yet)."""
+    if not await _registry_exists(conn):
+        return DEFAULT
+    cur = await conn.execute("SELECT name FROM public.generations WHERE state = 'serving'")
+    row = await cur.fetchone()
+    return str(row["name"]) if row else DEFAULT
+
+
+async def listing(conn: Conn) -> list[Row]:
+    """Every generation, the default first (it has no row: its state follows from the others)."""
+    rows: list[Row] = []
+    if await _registry_exists(conn):
+        cur = await conn.execute(
+            "SELECT name, state, source, created_at, switched_at, detail FROM public.generations ORDER BY created_at"
+        )
+        rows = [
+            Row(r["name"], r["state"], r["source"], r["created_at"], r["switched_at"], r["detail"])
+            for r in await cur.fetchall()
+        ]
+    default_state: State = "ready" if any(r.state == "serving" for r in rows) else "serving"
+    return [Row(DEFAULT, default_state, "chat.turns", None, None, {}), *rows]
+
+
+async def get(conn: Conn, name: str) -> Row | None:
+    return next((r for r in await listing(conn) if r.name == name), None)
+
+
+async def begin(conn: Conn, name: str, source: str) -> None:
+    """Register a new generation as `building` and create its schema (see `create_schema`).
+
+    A generation that exists already is refused: drop it first, or pick another name.
+    """
+    check_name(name)
+    await ensure_registry(conn)
+    async with conn.transaction():
+        cur = await conn.execute(
+            "INSERT INTO public.generations (name, state, source) VALUES (%s, 'building', %s)"
+            " ON CONFLICT (name) DO NOTHING RETURNING name",
+            (name, source),
+        )
+        if await cur.fetchone() is None:
+            raise GenerationError(f"generation {name} exists: `memstream generation drop {name}` first")
+        await create_schema(conn, Generation(name))
+
+
+async def create_schema(conn: Conn, gen: Generation) -> None:
+    """The generation's schema: each derived table shaped like public's (columns, defaults, indexes), empty.
+
+    Its `schema_migrations` starts as a copy of public's, so a process of the
+    generation finds nothing to migrate (running the migrations into it would
+    also create the shared tables there, and shadow public's); a later
+    migration is applied to it by the first process of the generation after it.
+    """
+    await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(gen.schema)))
+    for table in (*DERIVED_TABLES, "schema_migrations"):
+        await conn.execute(
+            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
+                sql.Identifier(gen.schema, table), sql.Identifier("public", table)
+            )
+        )
+    await conn.execute(
+        sql.SQL("INSERT INTO {} SELECT * FROM public.schema_migrations").format(
+            sql.Identifier(gen.schema, "schema_migrations")
+        )
+    )
+
+
+async def set_state(conn: Conn, name: str, state: State, detail: dict[str, Any] | None = None) -> None:
+    from psycopg.types.json import Jsonb
+
+    await conn.execute(
+        "UPDATE public.generations SET state = %s, detail = detail || %s WHERE name = %s",
+        (state, Jsonb(detail or {}), name),
+    )
+
+
+async def switch(conn: Conn, name: str) -> str:
+    """Make `name` the serving generation in one transaction; the one that served before (now `ready`)."""
+    await ensure_registry(conn)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (REGISTRY_LOCK,))
+        before = await serving(conn)
+        if name != DEFAULT:
+            row = await get(conn, name)
+            if row is None:
+                raise GenerationError(f"no generation {name}")
+            if row.state not in ("ready", "serving"):
+                raise GenerationError(f"generation {name} is {row.state}: only a ready generation can serve")
+        await conn.execute("UPDATE public.generations SET state = 'ready' WHERE state = 'serving'")
+        if name != DEFAULT:
+            await conn.execute(
+                "UPDATE public.generations SET state = 'serving', switched_at = now() WHERE name = %s", (name,)
+            )
+    return before
+
+
+async def drop(conn: Conn, name: str) -> None:
+    """Delete the generation's schema (every row it derived) and its registry row; never the serving one."""
+    check_name(name)
+    await ensure_registry(conn)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (REGISTRY_LOCK,))
+        if await serving(conn) == name:
+            raise GenerationError(f"generation {name} serves: switch to another one first")
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(Generation(name).schema)))
+        await conn.execute("DELETE FROM public.generations WHERE name = %s", (name,))
