@@ -33,9 +33,8 @@ async def refresh_lag(app: faust.App) -> None:
     """Lag from the high watermark of the latest fetch response, never from end_offsets (ListOffsets).
 
     tansu's ListOffsets "latest" stops short of the log end (the first offset
-    of a recent batch plus one; on S3 storage, of the first batch written in
-    the newest second), so a gauge built on it under-counts, down to 0 while
-    batches still wait. Its fetch responses carry the exact end
+    of a recent batch plus one), so a gauge built on it under-counts, down to
+    0 while a batch still waits. Its fetch responses carry the exact end
     (tests/integration/test_durable_broker.py holds both to account).
     """
     consumer = app.consumer

@@ -527,6 +527,7 @@ class EmbeddedStack:
             state.due, state.delay = now + state.delay, min(state.delay * 2, 30.0)
         elif now >= state.due:
             state.due = None
+            child.stop()  # reaped already: closes its log
             start()
 
     def _revive(self, child: Child) -> None:

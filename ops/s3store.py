@@ -54,7 +54,7 @@ from xml.sax.saxutils import escape
 
 import localbucket  # type: ignore[import-untyped]
 
-from ops.s3listing import Listings, Page
+from ops.s3listing import Listings
 
 log = logging.getLogger("memstream.s3store")
 
@@ -108,7 +108,8 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
                 if not localbucket.etag_matches(if_match, localbucket.object_etag(target)):
                     raise self._precondition_failed_error()
             etag: str = super()._write_object(bucket, key, write)
-            self.listings.added(target, self._bucket_dir(bucket))
+            stat = target.stat()
+            self.listings.added(target, self._bucket_dir(bucket), listed(stat.st_size, stat.st_mtime, etag))
             return etag
 
     def _delete_object(self, bucket: str, key: str) -> None:
@@ -195,8 +196,12 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
         marker: str,
         marker_is_prefix: bool,
         max_keys: int,
-    ) -> Page:
-        return self.listings.page(bucket_dir, prefix, delimiter, marker, marker_is_prefix, max_keys)
+    ) -> tuple[list[tuple[str, Path]], list[str], bool, str]:
+        """localbucket's own listing code (ListObjects v1) calls this; v2 is answered below."""
+        contents, common, truncated, last = self.listings.page(
+            bucket_dir, prefix, delimiter, marker, marker_is_prefix, max_keys
+        )
+        return [(key, Path(path)) for key, path in contents], common, truncated, last
 
     def _list_objects_v2(self, bucket: str) -> None:
         """ListObjectsV2 written out directly: ElementTree costs more than the rest of a 1,000-key page.
@@ -220,7 +225,7 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
                     HTTPStatus.BAD_REQUEST, "InvalidArgument", "The continuation token provided is incorrect."
                 )
             marker, marker_is_prefix = decoded[2:], decoded.startswith("P:")
-        contents, common, truncated, last = self._list_entries(
+        contents, common, truncated, last = self.listings.page(
             bucket_dir, prefix, delimiter, marker, marker_is_prefix, max_keys
         )
         encode = self._list_encoder()
@@ -238,24 +243,27 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
             "<EncodingType>url</EncodingType>" if query.get("encoding-type") == "url" else "",
         ]
         for key, path in contents:
-            try:
-                stat = path.stat()
-                etag = localbucket.object_etag(path)
-            except FileNotFoundError:
-                continue  # deleted since the page was read
-            out.append(
-                f"<Contents><Key>{escape(encode(key))}</Key><LastModified>{iso_millis(stat.st_mtime)}</LastModified>"
-                f"<ETag>&quot;{etag}&quot;</ETag><Size>{stat.st_size}</Size>"
-                "<StorageClass>STANDARD</StorageClass></Contents>"
-            )
+            shown = self.listings.shown(path)
+            if shown is not None:  # else deleted since the page was read
+                out.append(f"<Contents><Key>{escape(encode(key))}</Key>{shown}</Contents>")
         out += [f"<CommonPrefixes><Prefix>{escape(encode(p))}</Prefix></CommonPrefixes>" for p in common]
         out.append("</ListBucketResult>")
         self._send(HTTPStatus.OK, "".join(out).encode(), {"Content-Type": "application/xml"})
 
 
-def iso_millis(epoch: float) -> str:
-    """An S3 listing time: UTC, milliseconds (localbucket writes whole seconds)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch * 1000) % 1000:03d}Z"
+def listed(size: int, modified: float, etag: str) -> str:
+    """A file's entry in ListObjectsV2, after its key; the time in milliseconds (localbucket writes whole seconds)."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(modified)) + f".{int(modified * 1000) % 1000:03d}Z"
+    return f'<LastModified>{when}</LastModified><ETag>"{etag}"</ETag><Size>{size}</Size><StorageClass>STANDARD</StorageClass>'
+
+
+def describe(path: str) -> str | None:
+    """A listing entry for a file found on disk (written by an earlier run); None once it is gone."""
+    try:
+        stat = os.stat(path)
+        return listed(stat.st_size, stat.st_mtime, localbucket.object_etag(Path(path)))
+    except FileNotFoundError:
+        return None
 
 
 class Server(ThreadingHTTPServer):
@@ -288,7 +296,7 @@ def make_server(root: Path, host: str, port: int, buckets: list[str]) -> Server:
     swept = sweep_temporary(root)
     if swept:
         log.info("removed %d temporary files left by an earlier run", swept)
-    handler = type("BoundHandler", (Handler,), {"data_root": root, "locks": KeyLocks(), "listings": Listings()})
+    handler = type("BoundHandler", (Handler,), {"data_root": root, "locks": KeyLocks(), "listings": Listings(describe)})
     return Server((host, port), handler)
 
 
