@@ -35,7 +35,7 @@ MIGRATIONS = Path(postgres_package.__file__).parent / "migrations"
 @pytest.fixture
 async def pool(pg_dsn: str) -> AsyncIterator[PgPool]:
     shipped = sorted(int(f.name[:3]) for f in MIGRATIONS.glob("*.sql"))
-    assert shipped == list(range(1, len(shipped) + 1))  # numbered without gaps
+    assert len(set(shipped)) == len(shipped)  # one file per number (a number may stay unused)
     assert await migrate(pg_dsn) == shipped
     assert await migrate(pg_dsn) == []  # idempotent
     pool = PgPool(pg_dsn, 2)
