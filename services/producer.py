@@ -20,9 +20,9 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -236,3 +236,44 @@ class TurnProducer:
         """Sends bytes as they are (validation is the pipeline's job); returns the count once all are acknowledged."""
         pending = [await self._producer.send(self._topic, key_of(line), line) for line in lines]
         return len(await acknowledged(pending))
+
+
+class _Restartable(Protocol):
+    @property
+    def broken(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self, flush_seconds: float = 10.0) -> int: ...
+
+
+P = TypeVar("P", bound=_Restartable)
+
+
+class ProducerSlot(Generic[P]):
+    """A long-lived service's one producer: started on first use, replaced once it breaks for good.
+
+    A fatal librdkafka error (e.g. a fenced idempotent producer) leaves a
+    producer that can never deliver again; the next caller gets a new one.
+    """
+
+    def __init__(self, make: Callable[[], P]) -> None:
+        self._make = make
+        self._producer: P | None = None
+        self._lock = asyncio.Lock()
+
+    async def current(self) -> P:
+        async with self._lock:
+            if self._producer is not None and self._producer.broken:
+                stale, self._producer = self._producer, None
+                await stale.close(flush_seconds=0)
+            if self._producer is None:
+                producer = self._make()
+                await producer.start()
+                self._producer = producer
+            return self._producer
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.close()
+            self._producer = None

@@ -25,7 +25,7 @@ from services import topics
 from services.config import Settings
 from services.errors import StoreUnavailable
 from services.kafka_auth import confluent_config
-from services.producer import AsyncProducer, ProduceFailed, acknowledged, producer_config
+from services.producer import AsyncProducer, ProduceFailed, ProducerSlot, acknowledged, producer_config
 from services.runtime import Runtime
 from services.stores.postgres.commands import CommandStore
 from services.stores.postgres.forget import holds_user
@@ -42,27 +42,19 @@ class CommandLog:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._producer: AsyncProducer | None = None
-        self._lock = asyncio.Lock()
-
-    async def _current(self) -> AsyncProducer:
-        async with self._lock:
-            if self._producer is not None and self._producer.broken:
-                stale, self._producer = self._producer, None
-                await stale.close(flush_seconds=0)
-            if self._producer is None:
-                s = self._settings
-                config = producer_config(
-                    s.kafka_bootstrap, message_timeout=s.command_ack_timeout, extra=confluent_config(s)
+        self._slot = ProducerSlot(
+            lambda: AsyncProducer(
+                producer_config(
+                    settings.kafka_bootstrap,
+                    message_timeout=settings.command_ack_timeout,
+                    extra=confluent_config(settings),
                 )
-                producer = AsyncProducer(config)
-                await producer.start()
-                self._producer = producer
-            return self._producer
+            )
+        )
 
     async def send(self, commands: Sequence[AnyCommand]) -> None:
         """Every command, in order, acknowledged by the broker; StoreUnavailable when not within the timeout."""
-        producer = await self._current()
+        producer = await self._slot.current()
         try:
             pending = [await producer.send(topics.COMMANDS, c.key, dumps(c)) for c in commands]
             await asyncio.wait_for(acknowledged(pending), self._settings.command_ack_timeout)
@@ -70,9 +62,7 @@ class CommandLog:
             raise StoreUnavailable(f"memory.commands: {len(commands)} commands not acknowledged: {exc!r}") from exc
 
     async def close(self) -> None:
-        if self._producer is not None:
-            await self._producer.close()
-            self._producer = None
+        await self._slot.close()
 
 
 def _latest(changes: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -34,7 +34,7 @@ from services.api.jsonbody import StrictJsonRoute
 from services.config import Settings
 from services.errors import InvalidEvent, StoreUnavailable
 from services.kafka_auth import confluent_config
-from services.producer import ProduceFailed, TurnProducer
+from services.producer import ProduceFailed, ProducerSlot, TurnProducer
 
 log = logging.getLogger(__name__)
 
@@ -84,42 +84,29 @@ class TurnSink:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._producer: TurnProducer | None = None
-        self._lock = asyncio.Lock()
-
-    async def _current(self) -> TurnProducer:
-        async with self._lock:
-            if self._producer is not None and self._producer.broken:
-                stale, self._producer = self._producer, None
-                await stale.close(flush_seconds=0)
-            if self._producer is None:
-                s = self._settings
-                producer = TurnProducer(
-                    s.kafka_bootstrap, message_timeout=s.ingest_ack_timeout, config=confluent_config(s)
-                )
-                await producer.start()
-                self._producer = producer
-            return self._producer
+        self._slot = ProducerSlot(
+            lambda: TurnProducer(
+                settings.kafka_bootstrap, message_timeout=settings.ingest_ack_timeout, config=confluent_config(settings)
+            )
+        )
 
     async def warm(self) -> None:
         """Start the producer now, so its producer id is granted before the first request needs it (~0.5 s)."""
         try:
-            await self._current()
+            await self._slot.current()
         except Exception:  # a bad setting surfaces on the first ingest as a 503; the service still starts
             log.exception("ingest producer could not start")
 
     async def deliver(self, events: list[TurnEvent | SessionEvent]) -> None:
         """Returns once the broker acknowledged every event; StoreUnavailable when it did not within the timeout."""
-        producer = await self._current()
+        producer = await self._slot.current()
         try:
             await asyncio.wait_for(producer.send_events(events), self._settings.ingest_ack_timeout)
         except (TimeoutError, ProduceFailed) as exc:
             raise StoreUnavailable(f"chat.turns: {len(events)} events not acknowledged: {exc!r}") from exc
 
     async def close(self) -> None:
-        if self._producer is not None:
-            await self._producer.close()
-            self._producer = None
+        await self._slot.close()
 
 
 def validated(body: Any, settings: Settings) -> list[TurnEvent | SessionEvent]:

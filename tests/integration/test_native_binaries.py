@@ -684,6 +684,10 @@ def test_runtime_extension_modules_import_on_avx2(emulated_cpu: dict[str, bool])
         "tokenizers.tokenizers",
         "onnxruntime.capi.onnxruntime_pybind11_state",
         "qdrant_edge.qdrant_edge",
+        # Added with issues 9-11: the archive's AES-GCM, and BM25 stemming.
+        "cryptography.hazmat.bindings._rust",
+        "_cffi_backend",
+        "Stemmer",
     }
     assert key <= set(native["imported"]), f"expected extension modules missing on the host: {native['failed']}"
     lost = sorted(set(native["imported"]) - set(emulated["imported"]))
