@@ -112,16 +112,22 @@ def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
 
 
 @contextmanager
-def fake_openai(dimension: int = 8) -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI(dimension=dimension)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server on a free port for the block; yields its OpenAI-style base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    fake.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield fake
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@contextmanager
+def fake_openai(dimension: int = 8) -> Iterator[FakeOpenAI]:
+    fake = FakeOpenAI(dimension=dimension)
+    with serving(_handler(fake)) as fake.base_url:
+        yield fake

@@ -17,11 +17,11 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from services.llm.operations import DECIDE_SYSTEM, EPISODE_SYSTEM, EXTRACT_SYSTEM, SYNTHESIZE_SYSTEM
-from tests.llm.fake_openai import Reply, _completion
+from tests.llm.fake_openai import Reply, _completion, serving
 
 SYSTEMS = {
     EXTRACT_SYSTEM: "extract_facts",
@@ -88,14 +88,5 @@ def _handler(fake: RoutedOpenAI) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def routed_openai() -> Iterator[RoutedOpenAI]:
     fake = RoutedOpenAI()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    server.daemon_threads = True
-    fake.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(fake)) as fake.base_url:
         yield fake
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
