@@ -19,7 +19,7 @@ import faust
 import agents.maintenance
 from agents import consolidator, embedder, housekeeping, qdrant_sink, summarizer, window
 from agents.consolidator import commands as consolidator_commands
-from agents.maintenance.timers import is_leader
+from agents.maintenance.timers import is_leader, leader_topic
 from agents.outbox import register_relay
 from agents.stages import STAGE_NAMES, group_id, place_timers
 from agents.topics import Topics
@@ -87,7 +87,7 @@ def build_apps(settings: Settings, runtime: Runtime, stages: Sequence[str] = STA
     if placement.leader is not None:
         leader = built[placement.leader]
         agents.maintenance.register(leader.app, settings, runtime, leader.topics)
-        housekeeping.register_counts(leader.app, settings, runtime, lambda: is_leader(leader.app))
+        housekeeping.register_counts(leader.app, settings, runtime, lambda: is_leader(leader.app, leader_topic(settings)))
     if placement.relay is not None:
         relay = built[placement.relay]
         register_relay(relay.app, runtime, relay.topics.by_name(), settings.outbox_relay_seconds)

@@ -7,7 +7,8 @@
 - topics from topics.yaml,
 - one app process: every agent plus the read service (one owner for the Qdrant Edge shard);
   with MEMSTREAM_WORKERS=N > 1, the app runs the read service and the index stage only, and
-  N worker processes run the other stages (each stage one consumer group they share).
+  N worker processes run the other stages (each stage one consumer group they share),
+- a worker for each generation that is ready or serving (services/rebuild/generation.py), so it follows ingest.
 The app and the workers are restarted if they die; SIGINT/SIGTERM stop everything, children included.
 """
 
@@ -412,6 +413,32 @@ def worker_child(settings: Settings, number: int, log_dir: Path) -> Child:
     return Child(f"worker-{number}", _cli("worker", "--stages", stages), log_dir, env=env)
 
 
+def generation_worker_child(settings: Settings, name: str, log_dir: Path) -> Child:
+    """A worker of generation `name` (see services/rebuild/generation.py): every stage but the index.
+
+    The read service feeds a serving generation's shard itself (one owner per
+    shard, services/api/index_follower.py); a generation that is only ready
+    gets its index caught up when it is switched to.
+    """
+    env = {**os.environ, "MEMSTREAM_GENERATION": name, "MEMSTREAM_WORKER_METRICS_PORT": str(_free_port())}
+    stages = ",".join(without(STAGE_NAMES, INDEX_STAGE))
+    return Child(f"generation-{name}", _cli("worker", "--stages", stages), log_dir, env=env)
+
+
+def followed_generations(dsn: str) -> set[str] | None:
+    """Generations that are ready or serving, which keep following the archive; None when Postgres did not say."""
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute("SELECT to_regclass('public.generations') IS NOT NULL").fetchone()
+            if not row or not row[0]:
+                return set()
+            rows = conn.execute("SELECT name FROM public.generations WHERE state IN ('ready', 'serving')").fetchall()
+    except psycopg.Error as exc:
+        log.debug("generations not read this time: %s", exc)
+        return None
+    return {str(r[0]) for r in rows}
+
+
 @dataclass
 class _Backoff:
     """Restarts of one of our own processes (the app, a worker), each on its own clock."""
@@ -429,6 +456,8 @@ class EmbeddedStack:
         self.children: list[Child] = []
         self.app: Child | None = None
         self.workers: dict[int, Child] = {}
+        self.generation_workers: dict[str, Child] = {}
+        self._generations_checked = 0.0
         self._backoff: dict[str, _Backoff] = {}
         self._stopping = False
         self._broker_listen = settings.kafka_bootstrap
@@ -507,6 +536,30 @@ class EmbeddedStack:
             for number in range(1, self.settings.workers + 1):
                 self.start_worker(number)
 
+    def start_generation_worker(self, name: str) -> None:
+        self.generation_workers[name] = generation_worker_child(self.settings, name, self.log_dir)
+        self._start_own(self.generation_workers[name])
+
+    def follow_generations(self) -> None:
+        """A worker for each ready or serving generation, none for the others (checked every few seconds).
+
+        A generation being built has the rebuild's own worker, which stops before it is marked ready.
+        """
+        now = time.monotonic()
+        if now - self._generations_checked < self.settings.generation_refresh_seconds:
+            return
+        self._generations_checked = now
+        wanted = followed_generations(self.settings.pg_dsn)
+        if wanted is None:
+            return
+        for name in sorted(set(self.generation_workers) - wanted):
+            log.info("generation %s is no longer ready or serving: stopping its worker", name)
+            self.generation_workers.pop(name).stop(signal.SIGTERM)
+        for name in sorted(wanted - set(self.generation_workers)):
+            self.start_generation_worker(name)
+        for name, worker in list(self.generation_workers.items()):
+            self._restart_when_due(worker, functools.partial(self.start_generation_worker, name))
+
     def _start_own(self, child: Child) -> None:
         self._backoff.setdefault(child.name, _Backoff()).started = time.monotonic()
         child.start()
@@ -572,11 +625,13 @@ class EmbeddedStack:
                 self._restart_when_due(self.app, self.start_app)
             for number, worker in list(self.workers.items()):
                 self._restart_when_due(worker, functools.partial(self.start_worker, number))
+            if not self._stopping:
+                self.follow_generations()
         return 0
 
     def stop(self, *_: object) -> None:
         self._stopping = True
-        for worker in self.workers.values():
+        for worker in [*self.workers.values(), *self.generation_workers.values()]:
             worker.stop(signal.SIGTERM)
         if self.app is not None:
             self.app.stop(signal.SIGTERM)

@@ -92,14 +92,14 @@ def _cmd_generation_rebuild(settings: Settings, args: argparse.Namespace) -> int
     if settings.generation:
         print("rebuild generation: run it from the default generation (unset MEMSTREAM_GENERATION)", file=sys.stderr)
         return 1
-    progress = Progress(f"archive → {args.name}", unit="events")
+    progress = Progress(f"archive → {args.name}", unit="records")
     started = time.perf_counter()
     try:
         tally = asyncio.run(rebuild_generation(settings, args.name, progress, settle=args.settle, within=args.timeout))
     except GenerationError as exc:
         print(f"rebuild generation: {exc}", file=sys.stderr)
         return 1
-    _report(f"generation {args.name} ready", "events", tally.events, started, tally.as_dict())
+    _report(f"generation {args.name} ready", "turns", tally.events, started, tally.as_dict())
     print(f"serve it with: memstream generation switch {args.name}")
     return 0
 
@@ -126,7 +126,7 @@ def _cmd_generation_list(settings: Settings, args: argparse.Namespace) -> int:
     print(f"{'name':<20} {'state':<9} {'schema':<22} {'switched':<20} detail")
     for r in rows:
         switched = r.switched_at.isoformat(timespec="seconds") if r.switched_at else "-"
-        detail = ", ".join(f"{k}={v}" for k, v in sorted(r.detail.items()) if k in ("events", "active", "lag", "error"))
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(r.detail.items()) if k in ("archived", "events", "active", "lag", "error"))
         print(f"{r.name:<20} {r.state:<9} {r.schema:<22} {switched:<20} {detail or '-'}")
     return 0
 

@@ -10,9 +10,9 @@ of its own so two can run at once without touching each other:
   it, where the shared tables stay: API keys, users' data keys, the
   generations registry;
 - Kafka: its own consumer groups (`<app_id>.g-<name>-<stage>`) and its own
-  intermediate topics (`memory.evicted.g-<name>`, ... `memory.changes.g-<name>`),
-  plus `chat.turns.g-<name>`, its input, which a rebuild fills from
-  `memory.archive`. `memory.commands` and `memory.dlq` are shared: commands are
+  intermediate topics (`memory.evicted.g-<name>`, ... `memory.changes.g-<name>`);
+  its input is the shared `memory.archive`, read by its own window group.
+  `memory.commands` and `memory.dlq` are shared: commands are
   what users asked (delete, correct, forget), which every generation must
   apply, and the dead letters name the topic they came from;
 - the index: collection `<collection>.g-<name>` on a Qdrant server, or a
@@ -53,7 +53,8 @@ DERIVED_TABLES = ("applied_commands", "memories", "outbox", "session_summaries",
 # Shared tables that name users; a test holds DERIVED_TABLES + SHARED_TABLES to every table the migrations make.
 SHARED_TABLES = ("api_keys", "user_keys", "generations", "schema_migrations")
 # Roles whose topic a generation has to itself (services/topics.py names the roles).
-OWN_TOPIC_ROLES = ("turns", "evicted", "candidates", "embedded", "changes")
+# Not `turns`: a generation reads memory.archive (agents/window/archived.py) and writes no turns.
+OWN_TOPIC_ROLES = ("evicted", "candidates", "embedded", "changes")
 REGISTRY_LOCK = 7_351_010
 
 State = Literal["building", "ready", "serving", "retired"]

@@ -36,6 +36,11 @@ FRESHNESS = Histogram(
 )
 DECISIONS = Counter("memstream_consolidation_decisions_total", "Consolidator outcomes", ["kind"])
 DLQ = Counter("memstream_dlq_messages_total", "Messages sent to memory.dlq", ["stage", "reason"])
+# memory.changes messages a consumer could not open (services/archive/changes.py): `forgotten` = the user's key is
+# gone, `unreadable` = it does not open with the user's key. Skipped, not dead-lettered.
+CHANGES_SKIPPED = Counter(
+    "memstream_changes_skipped_total", "memory.changes messages skipped unopened", ["stage", "reason"]
+)
 
 STORE_LATENCY = Histogram(
     "memstream_store_operation_seconds", "Store call latency", ["store", "operation"], buckets=_LATENCY_BUCKETS
@@ -67,6 +72,11 @@ GENERATION_LAG = Gauge(
     "memstream_generation_rebuild_lag_messages",
     "Messages a generation being rebuilt has yet to process, over all its stages",
     ["generation"],
+)
+ARCHIVE_SKIPPED = Counter(
+    "memstream_archive_skipped_total",
+    "Archived events a generation's window left out (reason forgotten: the user's data key is gone)",
+    ["reason"],
 )
 
 

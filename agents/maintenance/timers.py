@@ -35,8 +35,13 @@ log = logging.getLogger(__name__)
 STAGE = "maintenance"
 
 
-def is_leader(app: faust.App) -> bool:
-    return any(tp.topic == topic_names.TURNS and tp.partition == 0 for tp in app.consumer.assignment())
+def leader_topic(settings: Settings) -> str:
+    """The window's input, whose partition 0 makes its owner the leader: the archive in a generation."""
+    return topic_names.ARCHIVE if settings.generation else topic_names.TURNS
+
+
+def is_leader(app: faust.App, topic: str = topic_names.TURNS) -> bool:
+    return any(tp.topic == topic and tp.partition == 0 for tp in app.consumer.assignment())
 
 
 def register(app: faust.App, settings: Settings, rt: Runtime, topics: Topics) -> None:
@@ -60,7 +65,7 @@ def register(app: faust.App, settings: Settings, rt: Runtime, topics: Topics) ->
         synthesis = llm_synthesis(rt.llm, dead_letter)
 
     async def maintain_once() -> None:
-        await run_pass(rt.pg, rt.outbox, rules, datetime.now(UTC), publish_changes, synthesis=synthesis)
+        await run_pass(rt.pg, rt.outbox, rules, datetime.now(UTC), publish_changes, synthesis=synthesis, keys=rt.keys)
 
     async def close_once() -> None:
         closed = await close_idle_sessions(
@@ -69,10 +74,16 @@ def register(app: faust.App, settings: Settings, rt: Runtime, topics: Topics) ->
         if closed:
             log.info("closed %d idle sessions", closed)
 
+    leading = leader_topic(settings)
+
     @app.timer(interval=settings.maintenance_interval)  # type: ignore[untyped-decorator]
     async def maintenance_timer() -> None:
-        if is_leader(app):
+        if is_leader(app, leading):
             await survive("maintenance", maintain_once())
+
+    if settings.generation:
+        # The default closes idle sessions through chat.turns; the session_end is archived and reaches here.
+        return
 
     @app.timer(interval=settings.session_idle_check_seconds)  # type: ignore[untyped-decorator]
     async def idle_sessions_timer() -> None:

@@ -16,7 +16,8 @@ neither loses an archive record nor seals an event twice.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import faust
 
@@ -25,11 +26,14 @@ from agents.ingest import REASONS, parse_chat_event
 from agents.outbox import publish
 from agents.stage import HANDLING_REASONS, deliver, span
 from agents.topics import Topics
+from agents.window.archived import UNREADABLE, count_forgotten, open_archived, parse_archived
 from agents.window.logic import WindowLimits, append_turn, window_tokens
 from agents.window.outgoing import archive_messages, candidate_messages, evicted_messages, scope_of
 from schemas import SessionEvent, TurnEvent
 from services import metrics
 from services.archive import KeyStore
+from services.archive.codec import ArchiveRecord
+from services.config import Settings
 from services.errors import InvalidEvent
 from services.faults import crash_point
 from services.runtime import Runtime
@@ -38,6 +42,7 @@ from services.stores.postgres import Archived, Conn, OutboxMessage
 STAGE = "window"
 log = logging.getLogger(__name__)
 CONFLICT_REASON = "conflicting_duplicate"
+T = TypeVar("T")
 
 
 async def handle_events(
@@ -110,29 +115,54 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     limits = WindowLimits(s.window_max_tokens, s.window_max_turns, s.window_keep_last)
     dlq = DeadLetters(topics.dlq, s.max_message_bytes)
     by_name = topics.by_name()
-    # The archive's writer may generate the master key (data_dir/master-key) when none is configured.
-    # A generation's window (services/generations.py) replays the archive: it must not archive its input again.
-    keys = None if s.generation else KeyStore.from_settings(rt.pg, s, create_master=True)
-    for reason in (*REASONS, CONFLICT_REASON, *HANDLING_REASONS):  # zero series, so increase() counts the first
+    for reason in (
+        *REASONS,
+        CONFLICT_REASON,
+        *HANDLING_REASONS,
+        UNREADABLE,
+    ):  # zero series: increase() counts the first
         metrics.DLQ.labels(stage=STAGE, reason=reason)
+    metrics.ARCHIVE_SKIPPED.labels(reason="forgotten")
+    # The default's window archives what it accepts (and may generate the master key, data_dir/master-key);
+    # a generation's reads the archive (agents/window/archived.py) and must not archive its input again.
+    keys = KeyStore.from_settings(rt.pg, s, create_master=not s.generation)
 
     async def apply(events: list[TurnEvent | SessionEvent]) -> None:
-        messages = await handle_events(rt, events, limits, keys)
+        messages = await handle_events(rt, events, limits, None if s.generation else keys)
         crash_point(s, "window.after_commit")
         await publish(rt, by_name, STAGE, messages, on_sent=lambda: crash_point(s, "window.after_publish"))
 
-    async def window(stream: Any) -> None:
+    async def apply_archived(records: list[ArchiveRecord]) -> None:
+        events, forgotten = await open_archived(keys, records)
+        await apply(events)
+        count_forgotten(forgotten)
+
+    def parse(raw: bytes | None) -> TurnEvent | SessionEvent:
+        return parse_chat_event(raw, max_content_bytes=s.max_content_bytes, tenants=s.tenants)
+
+    async def consume(
+        stream: Any, read: Callable[[bytes | None], T], handle: Callable[[list[T]], Awaitable[None]]
+    ) -> None:
         async for events in stream.take_events(s.window_batch_size, within=s.window_batch_within):
             with span(STAGE, len(events)):
                 batch = []
                 for event in events:
                     try:
-                        parsed = parse_chat_event(event.value, max_content_bytes=s.max_content_bytes, tenants=s.tenants)
+                        batch.append((event, read(event.value)))
                     except InvalidEvent as exc:
                         await dlq.send(event, stage=STAGE, reason=exc.reason, error=exc.message)
-                        continue
-                    batch.append((event, parsed))
                 if batch:
-                    await deliver(batch, apply, dlq, STAGE, max_delay=s.retry_max_backoff)
+                    await deliver(batch, handle, dlq, STAGE, max_delay=s.retry_max_backoff)
 
-    app.agent(topics.turns, name="window")(window)
+    async def window(stream: Any) -> None:
+        if s.generation:
+            await consume(stream, parse_archived, apply_archived)
+        else:
+            await consume(stream, parse, apply)
+
+    app.agent(window_input(topics, s), name="window")(window)
+
+
+def window_input(topics: Topics, settings: Settings) -> Any:
+    """`chat.turns` for the default generation, `memory.archive` for any other (see agents/window/archived.py)."""
+    return topics.archive if settings.generation else topics.turns

@@ -19,12 +19,14 @@ being built (the rebuild writes it into the registry), for /readyz and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from services import generations, metrics
+from services.api.index_follower import follow_index, follows
 from services.errors import StoreError
 from services.runtime import Runtime
 from services.stores import open_vector_index
@@ -57,6 +59,7 @@ class ServingGeneration:
         self._current = self._own
         self.rebuilding: dict[str, int | None] = {}
         self._retiring: set[asyncio.Task[None]] = set()
+        self._feeding: dict[str, asyncio.Task[None]] = {}  # generation → the task feeding its shard
 
     @classmethod
     def for_read_service(cls, runtime: Runtime) -> ServingGeneration:
@@ -85,6 +88,8 @@ class ServingGeneration:
         self.rt.reads, self.rt.windows = MemoryReader(view.pg), WindowStore(view.pg)
         self._current, self.name = view, name
         log.info("read service now serves generation %s (was %s)", name, previous.name)
+        if view.owned and follows(self.rt.settings):
+            self._feed(view)
         if previous.owned:
             task = asyncio.create_task(self._retire(previous))
             self._retiring.add(task)
@@ -107,7 +112,21 @@ class ServingGeneration:
             raise
         return View(name, pool, index, owned=True)
 
+    def _feed(self, view: View) -> None:
+        """Feed the generation's shard, which this process now owns (services/api/index_follower.py)."""
+        scoped = generations.scoped(self.rt.settings, view.name)
+        task = asyncio.create_task(follow_index(dataclasses.replace(self.rt, index=view.index, pg=view.pg), scoped))
+        self._feeding[view.name] = task
+
+    async def _stop_feeding(self, name: str) -> None:
+        task = self._feeding.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def _retire(self, view: View) -> None:
+        await self._stop_feeding(view.name)  # its consumer commits what the shard has before the shard closes
         await asyncio.sleep(RETIRE_AFTER)
         try:
             await view.pg.close()

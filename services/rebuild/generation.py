@@ -6,27 +6,31 @@
    of topics.yaml;
 2. starts a worker process in the generation (`memstream worker` with
    MEMSTREAM_GENERATION=NAME: every stage, with the generation's consumer
-   groups, topics, schema and index; its window does not archive again);
-3. replays the archive (services.archive.archived_events: decrypted, in
-   per-user order, forgotten users skipped) into the generation's input
-   topic `chat.turns.g-NAME`;
-4. waits until the generation has drained: every stage's consumer group has
+   groups, topics, schema and index). Its window reads `memory.archive` from
+   the beginning with a group of its own, opening each record with its
+   user's key and skipping forgotten users (agents/window/archived.py); it
+   does not archive again;
+3. waits until the generation has drained: every stage's consumer group has
    committed the end of its input and the generation's outbox is empty, for
-   `settle` seconds in a row (the lag is written to the registry as it falls,
-   for /metrics);
-5. stops the worker and marks the generation `ready`, with its figures.
+   `settle` seconds in a row (the window's lag on the archive drives the
+   progress bar; the total lag is written to the registry as it falls, for
+   /metrics);
+4. stops the worker and marks the generation `ready`, with its figures.
 
 The generation then holds the memory the current code derives from the
-archive, in its own schema and index, until `memstream generation switch`
-makes it serve. It is not fed afterwards: turns that arrive later reach the
-generation that ingests `chat.turns` (the default), and a generation is
-rebuilt again to catch up (see the README's "Generations").
+archive, in its own schema and index. It stays current because the same
+groups go on reading the archive, which the default generation's window
+keeps appending to, and the shared `memory.commands`: the embedded stack
+runs a worker for every ready or serving generation, and the read service
+feeds the serving generation's Qdrant Edge shard itself (a shard has one
+owner; services/api/index_follower.py). With a Qdrant server, run
+`MEMSTREAM_GENERATION=NAME memstream worker` for it (see the README's
+"Generations").
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -43,36 +47,31 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from agents.stages import group_id
-from schemas import dumps, partition_key
 from services import generations
 from services.config import Settings
 from services.generations import Generation
-from services.kafka_auth import aiokafka_kwargs, confluent_config
+from services.kafka_auth import confluent_config
 from services.rebuild.log_end import group_lag
 from services.rebuild.progress import Progress
-from services.stores.postgres import PgPool
 
 log = logging.getLogger("memstream.rebuild")
 
 # Each stage's input, by the role of its topic: where a generation's lag is measured.
 STAGE_INPUTS = {
-    "window": "turns",
+    "window": "archive",
     "summarizer": "evicted",
     "embedder": "candidates",
     "consolidator": "embedded",
     "qdrant_sink": "changes",
 }
-SEND_BATCH = 1000
 
 
 @dataclass
 class GenerationTally:
-    events: int = 0  # archived events fed to the generation
-    forgotten: int = 0  # archived events of forgotten users, skipped
-    unreadable: int = 0
+    archived: int = 0  # records of memory.archive the generation's window read
+    events: int = 0  # turns the generation holds (forgotten users' records are skipped)
     memories: int = 0  # rows of the generation's memories table at the end
     active: int = 0
-    feed_seconds: float = 0.0
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -93,16 +92,13 @@ async def create_topics_of(settings: Settings, gen: Generation) -> list[str]:
     return await create_topics(settings.kafka_bootstrap, specs, confluent_config(settings))
 
 
-async def pipeline_lag(settings: Settings) -> int | None:
-    """Messages the generation's stages have not committed yet, over all of them (None: not yet measurable)."""
+async def stage_lags(settings: Settings) -> dict[str, int | None]:
+    """Messages each of the generation's stages has not committed yet (None: not yet measurable)."""
     gen = generations.of(settings)
-    total = 0
-    for stage, role in STAGE_INPUTS.items():
-        lag = await group_lag(settings, group_id(settings.app_id, stage), gen.topic(role))
-        if lag is None:
-            return None
-        total += lag
-    return total
+    return {
+        stage: await group_lag(settings, group_id(settings.app_id, stage), gen.topic(role))
+        for stage, role in STAGE_INPUTS.items()
+    }
 
 
 def _free_port() -> int:
@@ -140,59 +136,45 @@ def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
             proc.wait()
 
 
-async def feed(settings: Settings, gen: Generation, progress: Progress, tally: GenerationTally) -> None:
-    """Every archived event that can still be opened, into the generation's input topic, in per-user order."""
-    from aiokafka import AIOKafkaProducer
-
-    from services.archive import KeyStore, ReplayStats, archived_events
-
-    pool = PgPool(settings.pg_dsn, 2, pool_timeout=30.0)
-    await pool.open()
-    # acks=all, one request in flight per partition: a user's events keep their order on the generation's input.
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap,
-        acks="all",
-        linger_ms=20,
-        max_batch_size=1 << 20,
-        max_request_size=settings.max_message_bytes + 64 * 1024,
-        **aiokafka_kwargs(settings),
-    )
-    await producer.start()
-    stats = ReplayStats()
-    topic = gen.topic("turns")
-    try:
-        pending: list[Any] = []
-        async for event in archived_events(settings, KeyStore.from_settings(pool, settings), stats=stats):
-            pending.append(
-                await producer.send(topic, key=partition_key(event.tenant_id, event.user_id), value=dumps(event))
-            )
-            if len(pending) >= SEND_BATCH:
-                await asyncio.gather(*pending)
-                progress.advance(len(pending), total=stats.total)
-                pending.clear()
-        await asyncio.gather(*pending)
-        progress.advance(len(pending), total=max(stats.total, progress.done + len(pending)))
-    finally:
-        await producer.stop()
-        await pool.close()
-    tally.events, tally.forgotten, tally.unreadable = stats.yielded, stats.forgotten, stats.unreadable
-
-
 async def _outbox_rows(conn: AsyncConnection[dict[str, Any]]) -> int:
     cur = await conn.execute("SELECT count(*) AS n FROM outbox")
     row = await cur.fetchone()
     return int(row["n"]) if row else 0
 
 
-async def drain(scoped: Settings, worker: subprocess.Popen[bytes], *, settle: float, within: float) -> None:
-    """Until the generation's stages have committed everything and its outbox is empty, `settle` seconds running."""
+async def drain(
+    settings: Settings,
+    scoped: Settings,
+    worker: subprocess.Popen[bytes],
+    progress: Progress,
+    *,
+    settle: float,
+    within: float,
+    report_every: float = 5.0,
+) -> None:
+    """Until the generation's stages have committed all of the archive and its outbox is empty, `settle` s running.
+
+    The window's lag on the archive drives the progress bar; the whole lag goes
+    into the registry every `report_every` seconds (for /metrics and /readyz).
+    """
+    name = generations.of(scoped).name
     deadline = time.monotonic() + within
     since: float | None = None
-    async with await _connect(scoped.pg_dsn) as conn:
+    reported = 0.0
+    async with await _connect(scoped.pg_dsn) as conn, await _connect(settings.pg_dsn) as registry:
         while True:
             if worker.poll() is not None:
                 raise RuntimeError(f"the generation's worker exited with {worker.returncode} (see its log)")
-            lag = await pipeline_lag(scoped)
+            lags = await stage_lags(scoped)
+            lag = None if None in lags.values() else sum(v or 0 for v in lags.values())
+            window = lags["window"]
+            if window is not None:
+                total = max(progress.total or 0, progress.done + window)
+                progress.advance(max(total - window - progress.done, 0), total=total)
+            if time.monotonic() - reported >= report_every:
+                reported = time.monotonic()
+                log.info("generation %s: lag %s messages (%s)", name, lag, lags)
+                await generations.set_state(registry, name, "building", {"lag": lag, "archived": progress.total})
             waiting = await _outbox_rows(conn)
             if lag == 0 and waiting == 0:
                 since = since or time.monotonic()
@@ -205,37 +187,21 @@ async def drain(scoped: Settings, worker: subprocess.Popen[bytes], *, settle: fl
             await asyncio.sleep(1.0)
 
 
-async def report_lag(settings: Settings, scoped: Settings, name: str, progress: Progress, every: float = 5.0) -> None:
-    """The generation's lag into its registry row, every few seconds until cancelled: /metrics shows it from there."""
-    async with await _connect(settings.pg_dsn) as registry:
-        while True:
-            await asyncio.sleep(every)
-            try:
-                lag = await pipeline_lag(scoped)
-                log.info("generation %s: %d archived events fed, lag %s messages", name, progress.done, lag)
-                await generations.set_state(registry, name, "building", {"lag": lag, "fed": progress.done})
-            except Exception as exc:  # a figure for dashboards: a missed tick must not stop the rebuild
-                log.warning("generation %s: lag not measured this time (%s)", name, exc)
-
-
-async def counts(scoped: Settings) -> tuple[int, int]:
+async def counts(scoped: Settings) -> tuple[int, int, int]:
+    """The generation's turns (archived events it accepted), memories, and active memories."""
     async with await _connect(scoped.pg_dsn) as conn:
-        cur = await conn.execute("SELECT count(*) AS n, count(*) FILTER (WHERE status = 'active') AS a FROM memories")
+        cur = await conn.execute(
+            "SELECT (SELECT count(*) FROM turns) AS t, count(*) AS n, count(*) FILTER (WHERE status = 'active') AS a"
+            " FROM memories"
+        )
         row = await cur.fetchone()
-    return (int(row["n"]), int(row["a"])) if row else (0, 0)
-
-
-async def _stop(task: asyncio.Task[None]) -> None:
-    """Cancel and wait, so a registry update it had in flight cannot land after the final one."""
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    return (int(row["t"]), int(row["n"]), int(row["a"])) if row else (0, 0, 0)
 
 
 async def rebuild_generation(
     settings: Settings, name: str, progress: Progress, *, settle: float = 5.0, within: float = 3600.0
 ) -> GenerationTally:
-    """Steps 1-5 of the module doc; `settings` are the default generation's (the archive's and the registry's)."""
+    """Steps 1-4 of the module doc; `settings` are the default generation's (the archive's and the registry's)."""
     gen = Generation(generations.check_name(name))
     scoped = generations.scoped(settings, name)
     started = time.perf_counter()
@@ -244,21 +210,17 @@ async def rebuild_generation(
         await generations.begin(conn, name, source="memory.archive")
     await create_topics_of(settings, gen)
     worker = start_worker(settings, name)
-    reporter = asyncio.create_task(report_lag(settings, scoped, name, progress))
     try:
-        await feed(settings, gen, progress, tally)
-        tally.feed_seconds = time.perf_counter() - started
-        progress.finish()
-        await drain(scoped, worker, settle=settle, within=within)
+        await drain(settings, scoped, worker, progress, settle=settle, within=within)
     except BaseException as exc:
-        await _stop(reporter)
         stop_worker(worker)
         async with await _connect(settings.pg_dsn) as conn:
             await generations.set_state(conn, name, "building", {"error": repr(exc)[:500]})
         raise
-    await _stop(reporter)
     stop_worker(worker)
-    tally.memories, tally.active = await counts(scoped)
+    progress.finish()
+    tally.archived = progress.total or progress.done
+    tally.events, tally.memories, tally.active = await counts(scoped)
     tally.seconds = time.perf_counter() - started
     async with await _connect(settings.pg_dsn) as conn:
         await generations.set_state(conn, name, "ready", {**tally.as_dict(), "lag": 0})

@@ -38,6 +38,7 @@ import psycopg
 from agents.maintenance.standalone import maintain_once
 from services.config import Settings
 from services.textutil import count_tokens
+from tests.bench import generation as generation_bench
 from tests.bench.pipeline import replay
 from tests.bench.probe import wait_drained
 from tests.stack import embedded_stack, session_end, stack_settings, turn
@@ -271,11 +272,18 @@ def format_growth(per_user: dict[str, dict[str, Any]]) -> str:
 
 
 async def run(
-    base_url: str, bootstrap: str, samples: list[dict[str, Any]], settings: Settings, headers: Mapping[str, str]
+    base_url: str,
+    bootstrap: str,
+    samples: list[dict[str, Any]],
+    settings: Settings,
+    headers: Mapping[str, str],
+    stack_env: Mapping[str, str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """Replay, ask, maintain, ask again: the lines before and after maintenance, and the run's figures.
 
     `headers` carry the API key of every HTTP request (auth is on by default).
+    With `stack_env` (a stack of the bench's own) it also rebuilds a generation
+    from the archive the replay made, and reports its rate beside live ingest's.
     """
     run_id = uuid.uuid4().hex[:6]
     users = {s["sample_id"]: f"{s['sample_id']}-{run_id}" for s in samples}
@@ -284,6 +292,11 @@ async def run(
     await replay(bootstrap, events, stats)
     async with httpx.AsyncClient(base_url=base_url, timeout=30, headers=dict(headers)) as client:
         stats["drained"] = await wait_drained(client, 300)
+    if stack_env is not None:
+        stats["generation_rebuild"] = {}
+        await generation_bench.rebuild(
+            stack_env, settings.pg_dsn, stats.get("turns_per_s"), stats["generation_rebuild"]
+        )
     started = time.perf_counter()
     lines = await ask_all(base_url, samples, users, headers)
     stats["questions"] = len(lines)
@@ -313,7 +326,7 @@ def main() -> None:
         fast = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5"}
         with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=8, extra_env=fast) as stack:
             lines, after, stats = asyncio.run(
-                run(stack.base_url, stack.bootstrap, samples, stack_settings(stack), stack.headers)
+                run(stack.base_url, stack.bootstrap, samples, stack_settings(stack), stack.headers, stack.env)
             )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(line) + "\n" for line in lines))

@@ -158,6 +158,21 @@ DERIVED = [
 ]  # fmt: skip
 
 
+LIVE = "rebuild-live"  # turns sent while a generation serves: a tenant of their own, so snapshots stay comparable
+
+
+def biscuits(stack: Stack, user: str) -> list[dict[str, Any]]:
+    found = stack.recall(LIVE, user, "what is my cat called?", record_access=False)["memories"]
+    return [m for m in found if "Biscuit" in m["text"]]
+
+
+def rows_of(dsn: str, user: str) -> dict[str, str]:
+    """Memory id → status, of `user` in the schema `dsn` reaches first."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT id, status FROM memories WHERE tenant_id = %s AND user_id = %s", (LIVE, user))
+        return {str(r[0]): str(r[1]) for r in rows}
+
+
 def ready_generation(stack: Stack) -> str:
     return str(stack.request("GET", "/readyz").json()["generation"])
 
@@ -188,9 +203,25 @@ async def test_a_generation_rebuilt_from_the_archive_holds_the_same_memories_and
     assert 'memstream_generation_serving{generation="v2"} 1.0' in metrics
     assert memstream(stack.env, "generation", "drop", "v2").returncode == 1  # it serves
 
+    # v2 follows live ingest (the stack runs a worker for it; the read service feeds its shard) ...
+    newcomer = f"n-{uuid.uuid4().hex[:6]}"
+    said = "My cat is called Biscuit and she is ginger."
+    await produce(stack.bootstrap, [turn(LIVE, newcomer, f"{newcomer}-s1", 0, said, ts=datetime.now(UTC))])
+    wait_for(lambda: bool(biscuits(stack, newcomer)), 180, "a turn sent after the switch recalled from generation v2")
+    assert ready_generation(stack) == "v2"
+    assert rows_of(gen_dsn, newcomer)  # derived in v2's own schema
+    # ... and users' commands reach it: a deleted memory leaves v2's recall, with a tombstone in its schema.
+    gone = biscuits(stack, newcomer)[0]["id"]
+    deleted = stack.request("DELETE", f"/v1/users/{newcomer}/memories/{gone}", params={"tenant_id": LIVE})
+    assert deleted.status_code in (200, 202), deleted.text
+    wait_for(lambda: gone not in {m["id"] for m in biscuits(stack, newcomer)}, 60, "the deleted memory out of v2")
+    wait_for(lambda: rows_of(gen_dsn, newcomer).get(gone) == "deleted", 30, "v2's tombstone")
+
     assert memstream(stack.env, "generation", "switch", "default").returncode == 0
     wait_for(lambda: ready_generation(stack) == "default", 30, "the read service back on the default")
+    follower = int((stack.data_dir / "run" / "generation-v2.pid").read_text())
     assert memstream(stack.env, "generation", "drop", "v2").returncode == 0
+    wait_for(lambda: not Path(f"/proc/{follower}").exists(), 60, "generation v2's worker stopped once v2 was dropped")
     assert [line.split()[0] for line in memstream(stack.env, "generation", "list").stdout.splitlines()[1:]] == [
         "default"
     ]
@@ -206,6 +237,10 @@ def test_rebuilding_the_index_with_the_stack_stopped_answers_recall_the_same(
     refused = memstream(first_stack.env, "rebuild", "index")
     assert refused.returncode == 1
     assert "stop the stack" in refused.stderr
+    with psycopg.connect(settings.pg_dsn) as conn:  # every tenant's: the generation test added one of its own
+        row = conn.execute("SELECT count(*) FROM memories WHERE status = 'active'").fetchone()
+    active = row[0] if row else 0
+    assert active >= sum(r["status"] == "active" for r in phases.live)
     # Stop the stack: the app owned the shard (its finalizer stops an already stopped stack harmlessly).
     first_stack.proc.terminate()
     first_stack.proc.wait(60)
@@ -214,7 +249,7 @@ def test_rebuilding_the_index_with_the_stack_stopped_answers_recall_the_same(
     done = memstream(first_stack.env, "rebuild", "index")
 
     assert done.returncode == 0, done.stderr
-    assert f"index rebuilt: {sum(r['status'] == 'active' for r in phases.live)} memories" in done.stdout
+    assert f"index rebuilt: {active} memories" in done.stdout
     with embedded_stack(phases.data_dir, port_offset=PORT_OFFSET) as again:
         assert snapshot(stack_settings(again).pg_dsn) == phases.live
         assert {user: recalled(again, user) for user in phases.users} == phases.answers

@@ -27,12 +27,13 @@ def test_a_generation_has_its_own_schema_intermediate_topics_groups_and_index() 
     gen = Generation("v2")
     assert gen.schema == "g_v2"
     assert gen.topics() == {
-        "turns": "chat.turns.g-v2",
         "evicted": "memory.evicted.g-v2",
         "candidates": "memory.candidates.g-v2",
         "embedded": "memory.embedded.g-v2",
         "changes": "memory.changes.g-v2",
-        # What users asked, the dead letters and the archive are shared by every generation.
+        # A generation reads the archive and writes no turns; what users asked, the dead letters and the
+        # archive are shared by every generation.
+        "turns": "chat.turns",
         "commands": "memory.commands",
         "dlq": "memory.dlq",
         "archive": "memory.archive",

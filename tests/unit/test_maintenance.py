@@ -30,9 +30,10 @@ from agents.maintenance.logic import (
     topics,
     union_provenance,
 )
-from agents.maintenance.timers import is_leader
+from agents.maintenance.timers import is_leader, leader_topic
 from schemas import ChangeOp, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from schemas.memory import Question, QuestionState
+from services.config import Settings
 from services.stores.postgres.maintenance import IdleSession
 from services.textutil import stable_id
 
@@ -473,3 +474,8 @@ def test_the_leader_is_the_owner_of_partition_zero_of_chat_turns() -> None:
     assert is_leader(app(("chat.turns", 0), ("memory.changes", 3)))
     assert not is_leader(app(("chat.turns", 1), ("memory.changes", 0)))
     assert not is_leader(app())
+    # A generation's window reads the archive: its leader owns the archive's partition 0.
+    archive = leader_topic(Settings(generation="v2"))
+    assert leader_topic(Settings()) == "chat.turns"
+    assert is_leader(app(("memory.archive", 0)), archive)
+    assert not is_leader(app(("chat.turns", 0), ("memory.archive", 1)), archive)
