@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from schemas.changes import SealedChange
 from schemas.commands import UserForgotten, command_adapter
 from schemas.events import SessionEvent, TurnEvent, chat_event_adapter
 from schemas.export import ExportDocument
@@ -29,6 +30,7 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "memory_candidate": MemoryCandidate.model_json_schema,
     "embedded_candidate": EmbeddedCandidate.model_json_schema,
     "memory_change": MemoryChange.model_json_schema,
+    "sealed_change": SealedChange.model_json_schema,
     "memory_command": lambda: {
         "title": "MemoryCommand",
         "description": "A message on memory.commands; `kind` says which command it is.",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from services.cli_changes import add_parser as add_changes_parser
 from services.cli_kafka_users import add_parser as add_kafka_users_parser
 from services.cli_keys import add_parser as add_keys_parser
 from services.cli_mcp import add_parser as add_mcp_parser
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_mcp_parser(sub)
     add_memories_parser(sub)
     add_rebuild_parser(sub)
+    add_changes_parser(sub)
     return parser
 
 

@@ -78,7 +78,13 @@ def _cmd_store(settings: Settings, args: argparse.Namespace) -> int:
     started = time.perf_counter()
     # In a generation (MEMSTREAM_GENERATION) its own changes topic, into its own schema.
     topic = of(settings).topic("changes")
-    tally, ended = asyncio.run(rebuild_store(settings, progress, topic=topic, settle=args.settle, idle=args.idle))
+    try:
+        tally, ended = asyncio.run(
+            rebuild_store(settings, progress, topic=topic, settle=args.settle, idle=args.idle, keys_from=args.keys_from)
+        )
+    except StackError as exc:  # no users' data keys to open the changes with
+        print(f"rebuild store: {exc}", file=sys.stderr)
+        return 1
     progress.finish()
     _report(f"store rebuilt from {topic}", "changes", tally.messages, started, {**tally.as_dict(), "end": ended})
     return 0 if tally.rejected == 0 and tally.undecodable == 0 else 2
@@ -126,7 +132,9 @@ def _cmd_generation_list(settings: Settings, args: argparse.Namespace) -> int:
     print(f"{'name':<20} {'state':<9} {'schema':<22} {'switched':<20} detail")
     for r in rows:
         switched = r.switched_at.isoformat(timespec="seconds") if r.switched_at else "-"
-        detail = ", ".join(f"{k}={v}" for k, v in sorted(r.detail.items()) if k in ("archived", "events", "active", "lag", "error"))
+        detail = ", ".join(
+            f"{k}={v}" for k, v in sorted(r.detail.items()) if k in ("archived", "events", "active", "lag", "error")
+        )
         print(f"{r.name:<20} {r.state:<9} {r.schema:<22} {switched:<20} {detail or '-'}")
     return 0
 
@@ -172,6 +180,11 @@ def add_parser(sub: Any) -> None:
     )
     store.add_argument(
         "--idle", type=float, default=10.0, help="seconds without any message after which the log counts as ended"
+    )
+    store.add_argument(
+        "--keys-from",
+        metavar="DSN",
+        help="copy the users' data keys (user_keys) from this database first: a backup, after losing the database",
     )
     store.set_defaults(func=_cmd_store)
     gen = kinds.add_parser(

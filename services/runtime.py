@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from services.archive.keys import KeyStore
 from services.config import Settings
 from services.embedding import CachedEmbedder, Embedder, MiniLmEmbedder
 from services.llm import LlmClient
@@ -28,6 +29,7 @@ class Runtime:
     llm: LlmClient | None = None
     _embedder: Embedder | None = None
     _embedder_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _keys: KeyStore | None = None
 
     @classmethod
     def create(cls, settings: Settings) -> Runtime:
@@ -61,6 +63,25 @@ class Runtime:
         if with_index:
             dimension = (await self.embedder()).dimension if with_model else 384
             await self.index.ensure(dimension)
+
+    @property
+    def keys(self) -> KeyStore:
+        """The users' data keys, for the stages that seal or open `memory.changes` (services/archive/changes.py).
+
+        Built on first use, so a process that never touches them (the read
+        service, unless it feeds a generation's index) needs no master key. A
+        worker writes changes, so it may create `data_dir/master-key` when
+        none is configured, as the window stage does: the file is created
+        exclusively, two processes racing end with one.
+        """
+        if self._keys is None:
+            self._keys = KeyStore.from_settings(self.pg, self.settings, create_master=True)
+        return self._keys
+
+    def open_keys(self) -> KeyStore:
+        """`keys`, loaded now: a stage calls it as it registers, so a master key that cannot be loaded stops the
+        start (ConfigError) instead of failing its first batch, which would dead-letter good changes."""
+        return self.keys
 
     async def embedder(self) -> Embedder:
         """Loaded once, off the event loop (building the graph takes ~1 s)."""

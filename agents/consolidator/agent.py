@@ -1,6 +1,7 @@
 """consolidator: the single writer of long-term memory.
 
-One Postgres transaction per batch; changes go out only after it commits.
+One Postgres transaction per batch; changes go out only after it commits,
+sealed in it with each user's data key (services/archive/changes.py).
 With an LLM configured, the model's ADD/UPDATE/DELETE/NONE verdicts are
 asked before the transaction and applied inside it (agents.consolidator.llm).
 """
@@ -16,10 +17,11 @@ from agents.consolidator.apply import BatchContext, apply_candidate
 from agents.consolidator.decide import Action
 from agents.consolidator.questions import resolve_questions
 from agents.dlq import DeadLetters
-from agents.stage import batched_agent, forward
+from agents.stage import batched_agent, send_all
 from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryChange
 from services import metrics
+from services.archive.changes import Message, seal_changes
 from services.faults import crash_point
 from services.runtime import Runtime
 
@@ -28,8 +30,12 @@ STAGE = "consolidator"
 
 async def consolidate(
     rt: Runtime, batch: list[EmbeddedCandidate], verdicts: dict[int, llm.Verdict] | None = None
-) -> list[MemoryChange]:
-    """`verdicts` (by batch position) are the LLM's; without them every candidate takes the rule path."""
+) -> list[Message]:
+    """The batch's `memory.changes` messages, sealed; `verdicts` (by batch position) are the LLM's.
+
+    Without verdicts every candidate takes the rule path. Sealing happens in
+    the transaction: a user's missing key is created with their first memory.
+    """
     verdicts = verdicts or {}
     now = datetime.now(UTC)
     changes: list[MemoryChange] = []
@@ -44,27 +50,29 @@ async def consolidate(
             kinds.append(decision.action.value)
             changes.extend(produced)
         changes.extend(await resolve_questions(rt.memories, conn, batch, now))
+        messages = await seal_changes(rt.keys, conn, changes)
     committed = datetime.now(UTC)
     for kind in kinds:
         metrics.DECISIONS.labels(kind=kind).inc()
     for item in batch:
         metrics.FRESHNESS.labels(store="postgres").observe((committed - item.candidate.observed_at).total_seconds())
-    return changes
+    return messages
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
     for action in Action:  # every kind has a series from the start
         metrics.DECISIONS.labels(kind=action.value)
+    rt.open_keys()  # the master key now: changes are sealed per user
     dlq = DeadLetters(topics.dlq, s.max_message_bytes)
     if rt.llm is not None:
         llm.declare()
         metrics.DLQ.labels(stage=STAGE, reason=llm.LLM_INVALID_OUTPUT)
 
     async def handle(batch: list[EmbeddedCandidate]) -> None:
-        changes = await consolidate(rt, batch, await llm.verdicts(rt, batch, dlq, STAGE))
+        messages = await consolidate(rt, batch, await llm.verdicts(rt, batch, dlq, STAGE))
         crash_point(s, "consolidator.after_commit")
-        await forward(topics.changes, STAGE, changes)
+        await send_all(topics.changes, STAGE, messages)
 
     batched_agent(
         app,

@@ -6,7 +6,8 @@ one row update per memory per run of marks), manual adds, corrections,
 deletes (one, by session, by topic), forgetting a user and imports. What a
 command did is recorded with its claim (the read service's `?wait=true`
 reads it) and its changes go to `memory.changes` through the outbox of the
-same transaction, so a crash after the commit loses none. The rules are
+same transaction, so a crash after the commit loses none; a change is sealed
+with its user's data key as it is queued (services/archive/changes.py). The rules are
 pure functions in agents.consolidator.command_plan.
 
 New text (an add, a correction, an imported memory without a usable
@@ -31,7 +32,7 @@ from agents.consolidator import command_plan as plan
 from agents.consolidator.apply import apply_candidate
 from agents.stage import batched_agent, send_all
 from agents.topics import Topics
-from schemas import ChangeOp, MemoryChange, MemoryStatus, codec, partition_key
+from schemas import ChangeOp, MemoryChange, MemoryStatus, partition_key
 from schemas.commands import (
     ACCESS_REASON,
     AccessCommand,
@@ -47,6 +48,7 @@ from schemas.commands import (
     UserForgotten,
 )
 from services import topics as topic_names
+from services.archive.changes import ChangeSealer, Message
 from services.runtime import Runtime
 from services.stores.postgres import Conn, OutboxMessage
 from services.stores.postgres.commands import Access, CommandStore
@@ -78,34 +80,45 @@ def tally(commands: list[AccessCommand]) -> list[Access]:
 
 @dataclass
 class Applied:
-    """What a batch publishes, in commit order: changes (the outbox's rows) and access-only changes (sent as they are)."""
+    """What a batch publishes, in commit order: changes (the outbox's rows) and access-only changes (sent as they are).
 
-    messages: list[tuple[Published, OutboxMessage | None]] = field(default_factory=list)
+    Each change is sealed as it is queued, in the batch's transaction (`sealer`), so what the outbox holds and
+    what `publish` sends are the same bytes.
+    """
 
-    def outbox(self, change: Published, command_id: str) -> OutboxMessage:
-        record_part = (
-            [change.record.id, str(change.record.version)] if isinstance(change, MemoryChange) else ["forgotten"]
-        )
-        message = OutboxMessage(
-            id=stable_id("outbox", change.tenant_id, change.user_id, "command", command_id, *record_part),
-            scope=partition_key(change.tenant_id, change.user_id).decode(),
-            topic=topic_names.CHANGES,
-            key=change.key,
-            value=codec.dumps(change),
-        )
-        self.messages.append((change, message))
-        return message
+    sealer: ChangeSealer
+    messages: list[tuple[Published, Message, OutboxMessage | None]] = field(default_factory=list)
+
+    async def outbox(self, changes: Sequence[Published], command_id: str) -> list[OutboxMessage]:
+        rows = []
+        for change, (key, value) in zip(changes, await self.sealer.seal(changes), strict=True):
+            record_part = (
+                [change.record.id, str(change.record.version)] if isinstance(change, MemoryChange) else ["forgotten"]
+            )
+            message = OutboxMessage(
+                id=stable_id("outbox", change.tenant_id, change.user_id, "command", command_id, *record_part),
+                scope=partition_key(change.tenant_id, change.user_id).decode(),
+                topic=topic_names.CHANGES,
+                key=key,
+                value=value,
+            )
+            self.messages.append((change, (key, value), message))
+            rows.append(message)
+        return rows
 
     def forget(self, tenant_id: str, user_id: str) -> None:
-        """A forgotten user's earlier changes in this batch are never published (their outbox rows are gone too)."""
-        self.messages = [(c, m) for c, m in self.messages if (c.tenant_id, c.user_id) != (tenant_id, user_id)]
+        """A forgotten user's earlier changes in this batch are never published (their outbox rows are gone too),
+        and their key is gone: a later change of theirs in the batch is sealed with a new one."""
+        self.messages = [m for m in self.messages if (m[0].tenant_id, m[0].user_id) != (tenant_id, user_id)]
+        self.sealer.forgotten(tenant_id, user_id)
 
-    def direct(self, changes: Sequence[MemoryChange]) -> None:
-        self.messages.extend((c, None) for c in changes)
+    async def direct(self, changes: Sequence[MemoryChange]) -> None:
+        sealed = await self.sealer.seal(changes)
+        self.messages.extend((c, m, None) for c, m in zip(changes, sealed, strict=True))
 
     @property
-    def changes(self) -> list[Published]:
-        return [change for change, _ in self.messages]
+    def sealed(self) -> list[Message]:
+        return [message for _, message, _ in self.messages]
 
 
 async def embed_texts(rt: Runtime, commands: Sequence[AnyCommand]) -> tuple[dict[str, list[float]], str]:
@@ -136,8 +149,8 @@ async def apply_commands(rt: Runtime, batch: list[AnyCommand]) -> Applied:
     by_user: dict[tuple[str, str], list[AnyCommand]] = defaultdict(list)
     for cmd in batch:
         by_user[(cmd.tenant_id, cmd.user_id)].append(cmd)
-    applied = Applied()
     async with rt.pg.transaction("apply_commands") as conn:
+        applied = Applied(ChangeSealer(rt.keys, conn))
         for (tenant_id, user_id), commands in by_user.items():
             marks: list[AccessCommand] = []
             for cmd in commands:
@@ -169,7 +182,7 @@ async def _mark(
     if not marked:
         await _store.release(conn, tenant_id, user_id, [c.command_id for c in new])
     causes = [c.command_id for c in new]
-    applied.direct(
+    await applied.direct(
         [plan.change(record, ChangeOp.UPDATED, vector, causes, now, ACCESS_REASON) for record, vector in marked]
     )
 
@@ -209,12 +222,12 @@ async def _apply_one(
             tenant_id=cmd.tenant_id, user_id=cmd.user_id, cause=cause, committed_at=now, deleted_rows=deleted
         )
         # After the forget: its own outbox row is the only one of the scope, deleted once it is sent.
-        await rt.outbox.add(conn, [applied.outbox(gone, cmd.command_id)])
+        await rt.outbox.add(conn, await applied.outbox([gone], cmd.command_id))
         return
     elif isinstance(cmd, ImportPart):
         changes = await _import(conn, cmd, vectors, model, now)
     await _store.record_outcome(conn, cmd.tenant_id, cmd.user_id, cmd.command_id, plan.outcome(changes))
-    await rt.outbox.add(conn, [applied.outbox(c, cmd.command_id) for c in changes])
+    await rt.outbox.add(conn, await applied.outbox(changes, cmd.command_id))
 
 
 async def _delete(
@@ -255,12 +268,13 @@ async def _import(
 
 async def publish(rt: Runtime, topics: Topics, applied: Applied) -> None:
     """Everything in commit order, one wait for the broker; then the outbox rows go (the relay resends leftovers)."""
-    await send_all(topics.changes, STAGE, [(change.key, codec.dumps(change)) for change in applied.changes])
-    await rt.outbox.delete([m.id for _, m in applied.messages if m is not None])
+    await send_all(topics.changes, STAGE, applied.sealed)
+    await rt.outbox.delete([m.id for _, _, m in applied.messages if m is not None])
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
+    rt.open_keys()  # the master key now: changes are sealed per user
 
     async def handle(batch: list[CommandMessage]) -> None:
         await publish(rt, topics, await apply_commands(rt, [message.root for message in batch]))

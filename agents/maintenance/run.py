@@ -1,9 +1,10 @@
 """One maintenance pass: per user, plan, write and queue the changes in one transaction, then publish.
 
 Maintenance writes like the consolidator does: deterministic ids, every
-changed record's version bumped once, and its `memory.changes` in the
-outbox of the same transaction, so a crash after the commit loses no change
-(the relay, or this pass's own publish, sends them) and a re-run plans nothing.
+changed record's version bumped once, and its `memory.changes` (sealed with
+the user's data key, services/archive/changes.py) in the outbox of the same
+transaction, so a crash after the commit loses no change (the relay, or this
+pass's own publish, sends them) and a re-run plans nothing.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from datetime import UTC, datetime
 
 from agents.maintenance.logic import Effect, Rules, plan_user
 from agents.maintenance.synthesis import Synthesis, new_topics, with_texts, worded
-from schemas import MemoryChange, codec, partition_key
+from schemas import MemoryChange, partition_key
 from services import topics
+from services.archive.changes import Message, seal_changes
+from services.archive.keys import KeyStore
 from services.stores.postgres import MemoryWriter, Outbox, OutboxMessage, PgPool
 from services.stores.postgres.maintenance import load_user, users_with_active_memories
 from services.textutil import stable_id
@@ -39,15 +42,16 @@ def change_of(effect: Effect, now: datetime, committed_at: datetime) -> MemoryCh
     )
 
 
-def outbox_message(change: MemoryChange) -> OutboxMessage:
-    """Keyed by record and version: the same change of a re-run is the same row."""
+def outbox_message(change: MemoryChange, sealed: Message) -> OutboxMessage:
+    """The sealed change's row, keyed by record and version: the same change of a re-run is the same row."""
     r = change.record
+    key, value = sealed
     return OutboxMessage(
         id=stable_id("outbox", r.tenant_id, r.user_id, "maintenance", r.id, str(r.version)),
         scope=partition_key(r.tenant_id, r.user_id).decode(),
         topic=topics.CHANGES,
-        key=change.key,
-        value=codec.dumps(change),
+        key=key,
+        value=value,
     )
 
 
@@ -66,6 +70,7 @@ async def _worded_topics(
 async def maintain_user(
     pool: PgPool,
     outbox: Outbox,
+    keys: KeyStore,
     tenant_id: str,
     user_id: str,
     now: datetime,
@@ -83,7 +88,9 @@ async def maintain_user(
         for effect in sorted(effects, key=lambda e: e.record.status.value == "active"):
             await writer.upsert(conn, effect.record, effect.vector)
         committed_at = datetime.now(UTC)
-        messages = [outbox_message(change_of(e, now, committed_at)) for e in effects]
+        changes = [change_of(e, now, committed_at) for e in effects]
+        sealed = await seal_changes(keys, conn, changes)
+        messages = [outbox_message(c, m) for c, m in zip(changes, sealed, strict=True)]
         await outbox.add(conn, messages)
     return messages, counts
 
@@ -97,12 +104,18 @@ async def run_pass(
     tenant_id: str | None = None,
     user_id: str | None = None,
     synthesis: Synthesis | None = None,
+    *,
+    keys: KeyStore,
 ) -> Counter[str]:
-    """Tend every user in scope; counts per effect (decayed, pruned, patterns, compressed, semantic, ...)."""
+    """Tend every user in scope; counts per effect (decayed, pruned, patterns, compressed, semantic, ...).
+
+    `keys` seal each user's changes (the process's master key: the worker's Runtime.keys, or the one
+    `memstream maintain` loads).
+    """
     totals: Counter[str] = Counter()
     users = await users_with_active_memories(pool, tenant_id, user_id)
     for tenant, user in users:
-        messages, counts = await maintain_user(pool, outbox, tenant, user, now, rules, synthesis)
+        messages, counts = await maintain_user(pool, outbox, keys, tenant, user, now, rules, synthesis)
         await publish(messages)
         totals.update(counts)
     totals["users"] = len(users)

@@ -18,6 +18,7 @@ from agents.maintenance.logic import Rules
 from agents.maintenance.run import run_pass
 from agents.maintenance.synthesis import LLM_INVALID_OUTPUT, llm_synthesis
 from services import topics
+from services.archive.keys import KeyStore
 from services.config import Settings
 from services.kafka_auth import aiokafka_kwargs
 from services.llm import LlmClient
@@ -64,7 +65,9 @@ async def maintain_once(settings: Settings, now: datetime, tenant_id: str | None
     await producer.start()
     try:
         rules = Rules.from_settings(settings)
-        return await run_pass(pool, outbox, rules, now, publish, tenant_id, user_id, synthesis)
+        # Sealing each user's changes needs their data keys: a writer, so it may create the master key file.
+        keys = KeyStore.from_settings(pool, settings, create_master=True)
+        return await run_pass(pool, outbox, rules, now, publish, tenant_id, user_id, synthesis, keys=keys)
     finally:
         await producer.stop()
         await pool.close()

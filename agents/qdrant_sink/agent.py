@@ -4,6 +4,13 @@ Only active memories live in the index; any other status removes the point.
 The last change of a record in a batch wins (changes are ordered per user).
 A forgotten user (UserForgotten) loses every point of their scope, after the
 changes that came before it and before those that come after.
+
+Changes arrive sealed per user (services/archive/changes.py); each batch is
+opened with one lookup of its users' keys. A change whose key is gone (the
+user was forgotten) or that does not open is skipped and counted in
+`memstream_changes_skipped_total{stage, reason}`, not dead-lettered: it is
+no bad input, it is what forgetting is for. A value that is no message of
+the topic at all goes to the DLQ as a schema violation, as before.
 """
 
 from __future__ import annotations
@@ -17,8 +24,10 @@ import faust
 from agents.stage import batched_agent
 from agents.topics import Topics
 from schemas import MemoryChange, MemoryRecord, MemoryStatus
-from schemas.commands import ACCESS_REASON, ChangeMessage, UserForgotten
+from schemas.changes import SealedChangeMessage
+from schemas.commands import ACCESS_REASON, UserForgotten
 from services import metrics
+from services.archive.changes import FORGOTTEN, UNREADABLE, open_messages
 from services.faults import crash_point
 from services.runtime import Runtime
 from services.stores.vector import IndexedMemory, IndexPayload, Sparse
@@ -96,8 +105,15 @@ async def _apply_run(rt: Runtime, changes: list[MemoryChange]) -> None:
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
 
-    async def handle(messages: list[ChangeMessage]) -> None:
-        await apply_changes(rt, [message.root for message in messages])
+    rt.open_keys()  # the master key now: changes are opened with the users' keys
+    for reason in (FORGOTTEN, UNREADABLE):  # both series exist from the start
+        metrics.CHANGES_SKIPPED.labels(stage=STAGE, reason=reason)
+
+    async def handle(messages: list[SealedChangeMessage]) -> None:
+        changes, skipped = await open_messages(rt.keys, [message.root for message in messages])
+        await apply_changes(rt, changes)
+        for reason, count in skipped.items():
+            metrics.CHANGES_SKIPPED.labels(stage=STAGE, reason=reason).inc(count)
         crash_point(s, "qdrant_sink.after_index")
 
     batched_agent(
@@ -106,7 +122,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         topics.dlq,
         s,
         stage=STAGE,
-        model=ChangeMessage,
+        model=SealedChangeMessage,
         size=s.consolidate_batch_size,
         within=s.consolidate_batch_within,
         handle=handle,

@@ -1,4 +1,10 @@
-"""The archive record and the key wrapping: pure AES-GCM, no I/O, so every property is a unit test.
+"""The archive record, the sealing both logs share, and the key wrapping: pure AES-GCM, no I/O.
+
+Every property is a unit test. Two envelopes are sealed the same way
+(`seal_plain` / `open_plain`): the archive record below and the
+`memory.changes` change (schemas/changes.py, services/archive/changes.py).
+Each names its owner and key id in clear and binds all its clear fields as
+associated data; only the plaintext and the associated data's encoding differ.
 
 A record of `memory.archive` is a JSON envelope (format `v` 1):
 
@@ -24,7 +30,7 @@ import hmac
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import orjson
 from cryptography.exceptions import InvalidTag
@@ -43,6 +49,24 @@ _MASTER_ID_LABEL = b"memstream.master-key-id.v1"
 
 class RecordRejected(ValueError):
     """A record that cannot be opened with the key at hand: malformed, tampered with, or another key's."""
+
+
+class Envelope(Protocol):
+    """A sealed message as sealing sees it: whose it is, which key, and the clear fields it binds."""
+
+    @property
+    def owner(self) -> tuple[str, str]: ...
+
+    @property
+    def key_id(self) -> str: ...
+
+    @property
+    def nonce(self) -> str: ...
+
+    @property
+    def ciphertext(self) -> str: ...
+
+    def associated_data(self) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -115,12 +139,38 @@ def new_data_key(tenant_id: str, user_id: str) -> DataKey:
     return DataKey(tenant_id, user_id, uuid.uuid4().hex, AESGCM.generate_key(bit_length=KEY_BYTES * 8))
 
 
+def seal_plain(key: DataKey, envelope: Envelope, plain: bytes) -> dict[str, str]:
+    """`nonce` and `ciphertext` (base64) completing `envelope`, whose clear fields (key_id too) are already set.
+
+    A fresh random nonce per message; the envelope's clear fields are the
+    associated data, so none of them can change without the message failing to open.
+    """
+    if (key.owner, key.key_id) != (envelope.owner, envelope.key_id):
+        raise ValueError(f"the data key {key.key_id} of {key.owner} cannot seal for {envelope.owner} {envelope.key_id}")
+    nonce = os.urandom(NONCE_BYTES)
+    sealed = AESGCM(key.secret).encrypt(nonce, plain, envelope.associated_data())
+    return {"nonce": _b64(nonce), "ciphertext": _b64(sealed)}
+
+
+def open_plain(envelope: Envelope, key: DataKey, what: str) -> bytes:
+    """The plaintext; RecordRejected unless `key` is the very key it was sealed with, and nothing changed."""
+    if (key.owner, key.key_id) != (envelope.owner, envelope.key_id):
+        raise RecordRejected(
+            f"{what} of {envelope.owner} key {envelope.key_id} is not for {key.owner} key {key.key_id}"
+        )
+    try:
+        return AESGCM(key.secret).decrypt(
+            _unb64(envelope.nonce), _unb64(envelope.ciphertext), envelope.associated_data()
+        )
+    except (InvalidTag, ValueError) as exc:  # ValueError: a nonce of the wrong length
+        raise RecordRejected(f"{what} does not open: {type(exc).__name__}") from None
+
+
 def seal(key: DataKey, event: TurnEvent | SessionEvent) -> bytes:
     """The archive record of `event`, encrypted with its user's key."""
     if key.owner != (event.tenant_id, event.user_id):
         raise ValueError(f"the data key of {key.owner} cannot seal an event of {(event.tenant_id, event.user_id)}")
     plain = codec.dumps(event)
-    nonce = os.urandom(NONCE_BYTES)
     header = ArchiveRecord(
         v=FORMAT,
         tenant_id=event.tenant_id,
@@ -130,11 +180,10 @@ def seal(key: DataKey, event: TurnEvent | SessionEvent) -> bytes:
         ts=orjson.loads(plain)["ts"],  # exactly as the event serializes it, so it compares equal after opening
         type=event.type,
         key_id=key.key_id,
-        nonce=_b64(nonce),
+        nonce="",
         ciphertext="",
     )
-    sealed = AESGCM(key.secret).encrypt(nonce, plain, header.associated_data())
-    return codec.dumps(header.model_copy(update={"ciphertext": _b64(sealed)}))
+    return codec.dumps(header.model_copy(update=seal_plain(key, header, plain)))
 
 
 def read_record(raw: bytes | None) -> ArchiveRecord:
@@ -149,12 +198,7 @@ def read_record(raw: bytes | None) -> ArchiveRecord:
 
 def open_record(record: ArchiveRecord, key: DataKey) -> TurnEvent | SessionEvent:
     """The event inside; RecordRejected unless `key` is the very key it was sealed with, and nothing changed."""
-    if (key.owner, key.key_id) != (record.owner, record.key_id):
-        raise RecordRejected(f"record of {record.owner} key {record.key_id} is not for {key.owner} key {key.key_id}")
-    try:
-        plain = AESGCM(key.secret).decrypt(_unb64(record.nonce), _unb64(record.ciphertext), record.associated_data())
-    except (InvalidTag, ValueError) as exc:  # ValueError: a nonce of the wrong length
-        raise RecordRejected(f"record {record.event_id} does not open: {type(exc).__name__}") from None
+    plain = open_plain(record, key, f"record {record.event_id}")
     try:
         event = chat_event_adapter.validate_python(orjson.loads(plain))
     except (orjson.JSONDecodeError, ValidationError) as exc:

@@ -4,7 +4,23 @@ The public log carries the full record after every change, so replaying it
 from the beginning re-creates the `memories` table as it stood. Each change
 goes through the consolidator's own upsert (MemoryWriter.upsert), so the row
 is written exactly as the live path writes it; a `forgotten` message deletes
-the user everywhere, as forgetting did (services/stores/postgres/forget.py).
+the user everywhere, as forgetting did (services/stores/postgres/forget.py),
+except their data key (below).
+
+Keys. Changes are sealed per user (services/archive/changes.py), so the
+rebuild needs what every reader of the topic needs: the master key (loaded,
+never created: a new one could open nothing) and the `user_keys` rows (one
+lookup per batch). Those rows live in Postgres: after losing the whole
+database they come from a backup, or the old database, with `keys_from`
+(`--keys-from DSN`), which copies them in first; the rebuilt database needs
+them anyway, for the archive and for sealing the users' next changes. A
+database with no key at all is refused (StackError) rather than rebuilt
+empty. A change whose key is gone is a forgotten user's: skipped and counted
+(`skipped_forgotten`), never an error. Replaying a `forgotten` message
+deletes the user's rows and their keys created before the forget was
+committed (a key restored from a backup older than the forget stays
+forgotten), and keeps a key created after it: the user came back, and
+deleting that key would make their later changes and archive unreadable.
 
 Idempotent: a change older than the row it would write (a lower `version`)
 is skipped, so running the rebuild again over a store it already filled, or
@@ -26,13 +42,13 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from schemas import MemoryChange
-from schemas.commands import ChangeMessage, UserForgotten
+from schemas.commands import UserForgotten
 from services import topics
+from services.archive.changes import FORGOTTEN, MALFORMED, UNREADABLE, open_changes
+from services.archive.keys import KeyStore
 from services.config import Settings
-from services.errors import StoreRejected
+from services.errors import StackError, StoreRejected
 from services.rebuild.log_end import EndDetector, read_to_end
 from services.rebuild.progress import Progress
 from services.stores.postgres import Conn, MemoryWriter, PgPool, migrate
@@ -41,6 +57,8 @@ from services.stores.postgres.forget import forget_user
 log = logging.getLogger("memstream.rebuild")
 
 Change = MemoryChange | UserForgotten
+_KEY_COLUMNS = "tenant_id, user_id, key_id, wrapped_key, master_key_id, created_at"
+USER_KEYS = "user_keys"
 
 
 @dataclass
@@ -50,22 +68,14 @@ class StoreTally:
     messages: int = 0
     applied: int = 0
     older: int = 0  # a newer version of the record was already stored
-    forgotten: int = 0
+    forgotten: int = 0  # `forgotten` messages applied
     rejected: int = 0  # the id belongs to another tenant or user
-    undecodable: int = 0
+    undecodable: int = 0  # not a memory.changes message
+    skipped_forgotten: int = 0  # a change whose user's key is gone: a forgotten user's
+    unreadable: int = 0  # a change that does not open with its user's key
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
-
-
-def decode(value: bytes | None) -> Change | None:
-    """A `memory.changes` message, or None when it is not one (counted, never applied)."""
-    if value is None:
-        return None
-    try:
-        return ChangeMessage.model_validate_json(value).root
-    except ValidationError:
-        return None
 
 
 async def _stored_versions(conn: Conn, changes: Sequence[Change]) -> dict[str, int]:
@@ -88,7 +98,11 @@ async def apply_changes(writer: MemoryWriter, conn: Conn, changes: Sequence[Chan
     stored = await _stored_versions(conn, changes)
     for change in changes:
         if isinstance(change, UserForgotten):
-            await forget_user(conn, change.tenant_id, change.user_id)
+            await forget_user(conn, change.tenant_id, change.user_id, keep=(USER_KEYS,))
+            await conn.execute(
+                "DELETE FROM user_keys WHERE tenant_id = %s AND user_id = %s AND created_at <= %s",
+                (change.tenant_id, change.user_id, change.committed_at),
+            )
             # Its rows are gone: a later change of one of them is new again.
             stored = {k: v for k, v in stored.items() if k not in _ids_of(changes, change)}
             tally.forgotten += 1
@@ -117,35 +131,72 @@ def _ids_of(changes: Sequence[Change], gone: UserForgotten) -> set[str]:
 
 
 async def apply_stream(
-    pool: PgPool, batches: AsyncIterable[Sequence[bytes | None]], tally: StoreTally | None = None
+    pool: PgPool, batches: AsyncIterable[Sequence[bytes | None]], keys: KeyStore, tally: StoreTally | None = None
 ) -> StoreTally:
-    """Every batch of raw `memory.changes` values in its own transaction, in order."""
+    """Every batch of raw `memory.changes` values opened with `keys`, then applied in its own transaction, in order."""
     tally = tally or StoreTally()
     writer = MemoryWriter()
     async for raw in batches:
-        changes: list[Change] = []
-        for value in raw:
-            change = decode(value)
-            if change is None:
-                tally.undecodable += 1
-            else:
-                changes.append(change)
+        changes, skipped = await open_changes(keys, raw)
+        tally.undecodable += skipped[MALFORMED]
+        tally.skipped_forgotten += skipped[FORGOTTEN]
+        tally.unreadable += skipped[UNREADABLE]
         async with pool.transaction("rebuild_store") as conn:
             await apply_changes(writer, conn, changes, tally)
         tally.messages += len(raw)
     return tally
 
 
+async def restore_keys(pool: PgPool, source_dsn: str) -> int:
+    """Copy every user's wrapped data key from the database at `source_dsn` into `pool`'s; keys there stay.
+
+    Wrapped keys are copied as they are: they open with the same master key only.
+    """
+    source = PgPool(source_dsn, 1, pool_timeout=30.0)
+    await source.open()
+    try:
+        async with source.connection("user_keys_backup") as conn:
+            cur = await conn.execute(f"SELECT {_KEY_COLUMNS} FROM user_keys")
+            rows = [tuple(r.values()) for r in await cur.fetchall()]
+    finally:
+        await source.close()
+    async with pool.transaction("user_keys_restore") as conn, conn.cursor() as cur:
+        await cur.executemany(
+            f"INSERT INTO user_keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING", rows
+        )
+    return len(rows)
+
+
+async def require_keys(pool: PgPool) -> None:
+    """StackError unless some user has a data key here: without keys a rebuild would skip every change."""
+    async with pool.connection("user_keys_count") as conn:
+        cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM user_keys) AS any")
+        row = await cur.fetchone()
+    if not (row and row["any"]):
+        raise StackError(
+            "no user has a data key in the database to rebuild: memory.changes is sealed per user, so nothing "
+            "could be opened. "
+            "Restore the user_keys table from a backup, or give the old database with --keys-from DSN"
+        )
+
+
 async def rebuild_store(
-    settings: Settings, progress: Progress, *, topic: str = topics.CHANGES, settle: float = 1.0, idle: float = 10.0
+    settings: Settings,
+    progress: Progress,
+    *,
+    topic: str = topics.CHANGES,
+    settle: float = 1.0,
+    idle: float = 10.0,
+    keys_from: str | None = None,
 ) -> tuple[StoreTally, str]:
     """Replay `topic` from its beginning into the Postgres of `settings`; the tally and how the end was found.
 
-    Migrations run first, so a lost database gets its tables back.
+    Migrations run first, so a lost database gets its tables back; `keys_from` names a database (a backup, the
+    old one) whose users' data keys are copied in first (see the module doc).
     """
     await migrate(settings.pg_dsn)
     pool = PgPool(settings.pg_dsn, 2, connect_timeout=settings.pg_connect_timeout, pool_timeout=30.0)
-    await pool.open()
+    keys = KeyStore.from_settings(pool, settings)  # before reading anything: no master key, no rebuild
     detector = EndDetector(settle=settle, idle=idle)
 
     async def batches() -> AsyncIterator[list[bytes | None]]:
@@ -156,8 +207,12 @@ async def rebuild_store(
             yield [m.value for m in messages]
             progress.advance(len(messages))
 
+    await pool.open()
     try:
-        tally = await apply_stream(pool, batches())
+        if keys_from is not None:
+            log.info("copied %d users' data keys from the database given", await restore_keys(pool, keys_from))
+        await require_keys(pool)
+        tally = await apply_stream(pool, batches(), keys)
     finally:
         await pool.close()
     return tally, detector.reason

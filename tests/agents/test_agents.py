@@ -7,7 +7,8 @@ would have produced, keyed, and what it sent to the DLQ with which reason.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import faust
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from agents.dlq import REASON_HEADER
 from agents.topics import Topics
@@ -30,12 +32,14 @@ from schemas import (
     Provenance,
     TurnEvent,
 )
+from services.archive.changes import seal_change
 from services.config import Settings
 from services.runtime import Runtime
 from services.stores.postgres import migrate
 from services.stores.vector import Scope
 from services.textutil import stable_id
 from services.topics import BY_ROLE as TOPIC_NAMES
+from tests.changes import opened
 from tests.stack import session_end, turn
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
@@ -75,13 +79,22 @@ class Harness:
         sink: Sink = getattr(self.topics, attr)
         return sink
 
-    async def feed(self, values: list[bytes], until: Callable[[], bool]) -> None:
-        """Put raw values on the agent's input topic; return once `until()` holds."""
+    async def changes(self) -> list[dict[str, Any]]:
+        """What the agent published on memory.changes, opened with the users' keys as subscribers open it."""
+        return await opened(self.runtime.keys, [value for _, value, _ in self.sink("changes").sent])
+
+    async def sealed(self, change: MemoryChange) -> bytes:
+        """`change` as a memory.changes message, sealed with its user's key (made if they have none)."""
+        return seal_change(await self.runtime.keys.get_or_create(change.tenant_id, change.user_id), change)
+
+    async def feed(self, values: list[bytes], until: Callable[[], bool | Awaitable[bool]]) -> None:
+        """Put raw values on the agent's input topic; return once `until()` holds (it may be a coroutine)."""
         async with self.app.agents[self.stage].test_context() as agent:
             for value in values:
                 await agent.put(value, key=b"t:u", wait=False)
             for _ in range(500):
-                if until():
+                done = until()
+                if await done if inspect.isawaitable(done) else done:
                     return
                 await asyncio.sleep(0.02)
         raise AssertionError(f"{self.stage} never produced the expected output")
@@ -192,12 +205,12 @@ async def test_embedder_agent_embeds_a_batch_with_the_real_model(harness: Callab
     assert all(abs(sum(x * x for x in e["vector"]) - 1.0) < 1e-3 for e in embedded)
 
 
-def _change(text: str, vector: list[float]) -> bytes:
+def _change(text: str, vector: list[float], user: str = "u") -> MemoryChange:
     candidate = _candidate(text)
     record = MemoryRecord(
         id=candidate.candidate_id,
         tenant_id="t",
-        user_id="u",
+        user_id=user,
         type=MemoryType.EXCHANGE,
         text=text,
         content_hash=stable_id("hash", text),
@@ -209,16 +222,15 @@ def _change(text: str, vector: list[float]) -> bytes:
         updated_at=NOW,
         source=candidate.source,
     )
-    change = MemoryChange(
+    return MemoryChange(
         tenant_id="t",
-        user_id="u",
+        user_id=user,
         op=ChangeOp.ADDED,
         record=record,
         vector=vector,
         cause=candidate.source.event_ids,
         committed_at=NOW,
     )
-    return orjson.dumps(change.model_dump(mode="json"))
 
 
 async def test_qdrant_sink_indexes_good_changes_and_dead_letters_a_poison_one(
@@ -232,8 +244,45 @@ async def test_qdrant_sink_indexes_good_changes_and_dead_letters_a_poison_one(
     good = [_change("green tea in the morning", [1.0, 0.0, 0.0, 0.0]), _change("dog walks", [0.0, 1.0, 0.0, 0.0])]
     poison = _change("wrong dimension", [1.0, 0.0])  # the index refuses it
     # Poison last: the batch fails, is retried item by item, and the DLQ send comes after both good ones.
-    await h.feed([*good, poison], lambda: bool(dlq.sent))
+    await h.feed([await h.sealed(c) for c in (*good, poison)], lambda: bool(dlq.sent))
     hits = await h.runtime.index.search(Scope("t", "u"), [1.0, 0.0, 0.0, 0.0], h.runtime.bm25.query("tea"), 10)
     assert {hit.payload["text"] for hit in hits} == {"green tea in the morning", "dog walks"}
     assert dlq.reasons() == [b"store_rejected"]  # the engine refuses it: bad data, not an outage
-    assert orjson.loads(dlq.sent[0][1])["record"]["text"] == "wrong dimension"
+    # The dead letter is the message as it came, sealed: the DLQ does not hold the text in clear either.
+    assert b"wrong dimension" not in dlq.sent[0][1]
+    assert [c["record"]["text"] for c in await opened(h.runtime.keys, [dlq.sent[0][1]])] == ["wrong dimension"]
+
+
+def skipped(reason: str) -> float:
+    return REGISTRY.get_sample_value("memstream_changes_skipped_total", {"stage": "qdrant_sink", "reason": reason}) or 0
+
+
+async def test_qdrant_sink_skips_and_counts_a_forgotten_users_changes_and_dead_letters_only_malformed_values(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    from agents.qdrant_sink import agent
+
+    h = harness(agent, "changes")
+    await h.runtime.index.ensure(4)
+    dlq = h.sink("dlq")
+    kept = await h.sealed(_change("green tea in the morning", [1.0, 0.0, 0.0, 0.0]))
+    theirs = await h.sealed(_change("a forgotten user's secret", [0.0, 1.0, 0.0, 0.0], user="gone"))
+    async with h.runtime.pg.transaction("forget") as conn:
+        assert await h.runtime.keys.forget(conn, "t", "gone")  # what forgetting the user does to their key
+    moved = orjson.loads(await h.sealed(_change("dog walks", [0.0, 0.0, 1.0, 0.0])))
+    tampered = orjson.dumps({**moved, "version": moved["version"] + 1})  # a clear field edited: does not open
+    before = {reason: skipped(reason) for reason in ("forgotten", "unreadable")}
+
+    async def settled() -> bool:
+        return bool(dlq.sent) and skipped("unreadable") > before["unreadable"] and await indexed() == 1
+
+    async def indexed() -> int:
+        return await h.runtime.index.count_scope("t", "u")
+
+    await h.feed([theirs, b"{broken", tampered, kept], settled)
+
+    assert {reason: skipped(reason) - before[reason] for reason in before} == {"forgotten": 1, "unreadable": 1}
+    assert dlq.reasons() == [b"schema_violation"]  # the value that is no message at all, and only it
+    assert await h.runtime.index.count_scope("t", "gone") == 0
+    hits = await h.runtime.index.search(Scope("t", "u"), [1.0, 0.0, 0.0, 0.0], h.runtime.bm25.query("tea"), 10)
+    assert [hit.payload["text"] for hit in hits] == ["green tea in the morning"]

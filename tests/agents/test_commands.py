@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -51,10 +51,11 @@ async def stored(h: Harness) -> dict[str, MemoryRecord]:
         return {r.id: r for r in map(record_from_row, await cur.fetchall())}
 
 
-def accessed(h: Harness, memory_id: str, count: int) -> Callable[[], bool]:
-    return lambda: any(
-        v["record"]["id"] == memory_id and v["record"]["access_count"] >= count for v in h.sink("changes").values()
-    )
+def accessed(h: Harness, memory_id: str, count: int) -> Callable[[], Awaitable[bool]]:
+    async def done() -> bool:
+        return any(v["record"]["id"] == memory_id and v["record"]["access_count"] >= count for v in await h.changes())
+
+    return done
 
 
 async def test_access_marks_count_once_per_command_for_the_users_own_active_rows(
@@ -72,7 +73,7 @@ async def test_access_marks_count_once_per_command_for_the_users_own_active_rows
     await h.feed([first, first, b"{broken", second], accessed(h, mine, 2))
 
     rows = await stored(h)
-    changes = h.sink("changes").values()
+    changes = await h.changes()
     # One version step per batch that touched it (the two commands may or may not share a batch).
     assert (rows[mine].access_count, rows[mine].last_accessed_at, rows[mine].version) == (2, t2, 1 + len(changes))
     assert (rows[old].access_count, rows[old].version) == (0, 1)  # no longer active: untouched

@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
 import psycopg
 import pytest
 
@@ -76,6 +75,7 @@ def claimed(dsn: str, command_id: str) -> bool:
 
 
 def published(h: Harness) -> list[dict[str, Any]]:
+    """memory.changes as sent: sealed envelopes (their clear fields: ids, op, cause) and `forgotten` messages."""
     return h.sink("changes").values()
 
 
@@ -96,7 +96,7 @@ async def test_add_correct_and_delete_write_history_record_outcomes_and_publish_
     assert await outcome(h, tea.command_id) == [
         {"id": tea.memory_id, "op": "added", "status": "active", "version": 1, "indexed": True}
     ]
-    first = [c for c in published(h) if tea.command_id in c["cause"]]
+    first = [c for c in await h.changes() if tea.command_id in c["cause"]]
     assert len(first) == 1
     assert len(first[0]["vector"]) == 384  # embedded by the worker's model
     assert {key for key, _, _ in h.sink("changes").sent} == {b"t:u"}
@@ -113,7 +113,7 @@ async def test_add_correct_and_delete_write_history_record_outcomes_and_publish_
     old, new = held[tea.memory_id], held[correct.new_id]
     assert (old.status, old.superseded_by, old.text) == (MemoryStatus.SUPERSEDED, new.id, tea.text)
     assert (new.status, new.text, new.version) == (MemoryStatus.ACTIVE, "I love matcha", 1)
-    ops = {(c["op"], c["record"]["id"]) for c in published(h) if correct.command_id in c["cause"]}
+    ops = {(c["op"], c["record"]["id"]) for c in await h.changes() if correct.command_id in c["cause"]}
     assert ops == {("superseded", tea.memory_id), ("added", correct.new_id)}
     async with h.runtime.pg.connection("history") as conn:
         embedded = await h.runtime.memories.with_vector(conn, "t", "u", correct.new_id)
@@ -135,7 +135,7 @@ async def test_add_correct_and_delete_write_history_record_outcomes_and_publish_
         assert held[gone].status is MemoryStatus.DELETED
         assert held[gone].superseded_at == NOW
     assert [r.text for r in held.values() if r.status is MemoryStatus.ACTIVE] == ["Lives in Hamburg"]
-    deletes = [c for c in published(h) if c["op"] == "deleted"]
+    deletes = [c for c in await h.changes() if c["op"] == "deleted"]
     assert {c["record"]["id"] for c in deletes} == {session_pref.memory_id, correct.new_id, other_pref.memory_id}
     assert all(c["vector"] is None for c in deletes)
     assert await outcome(h, nothing.command_id) == []  # applied, nothing to do: a waiting client is answered
@@ -172,6 +172,7 @@ async def test_forgetting_a_user_deletes_every_row_naming_them_and_publishes_no_
         "session_summaries",
         "sessions",
         "turns",
+        "user_keys",  # sealing the user's changes made their data key
     }
     before_other = rows_naming(pg_dsn, "t", "other")
 
@@ -184,7 +185,11 @@ async def test_forgetting_a_user_deletes_every_row_naming_them_and_publishes_no_
     (gone,) = after
     assert UserForgotten.model_validate(gone).deleted_rows["memories"] == 2
     # The add in the same batch as the forget was never published: its text is not on the log after the forget.
-    assert not any("juggling" in orjson.dumps(c).decode() for c in published(h))
+    assert not any(late_add.command_id in c["cause"] for c in published(h))
+    assert not any(b"juggling" in value for _, value, _ in h.sink("changes").sent)
+    # And what the user's earlier changes hold is out of reach: their key went with them.
+    assert any(c["user_id"] == "u" and c["op"] == "added" for c in published(h))
+    assert {(c["user_id"], c["op"]) for c in await h.changes()} == {("other", "added"), ("u", "forgotten")}
 
 
 async def test_the_sink_empties_a_forgotten_users_scope_between_the_changes_around_it(
@@ -201,7 +206,7 @@ async def test_the_sink_empties_a_forgotten_users_scope_between_the_changes_arou
         [IndexedMemory(stable_id("old"), [1.0, 0, 0, 0], h.runtime.bm25.document("old"), _payload("u", 1))]
     )
 
-    def change(cmd: AddMemory) -> bytes:
+    async def change(cmd: AddMemory) -> bytes:
         item = plan.add_candidate(cmd, [1.0, 0.0, 0.0, 0.0], "m")
         record = MemoryRecord(
             id=cmd.memory_id,
@@ -218,7 +223,7 @@ async def test_the_sink_empties_a_forgotten_users_scope_between_the_changes_arou
             updated_at=NOW,
             source=item.candidate.source,
         )
-        return raw(plan.change(record, plan.import_op(record), item.vector, [cmd.command_id], NOW))
+        return await h.sealed(plan.change(record, plan.import_op(record), item.vector, [cmd.command_id], NOW))
 
     # Watch (not replace) the real index: the feed is over once the last change is upserted.
     upserted: list[str] = []
@@ -230,7 +235,8 @@ async def test_the_sink_empties_a_forgotten_users_scope_between_the_changes_arou
 
     monkeypatch.setattr(h.runtime.index, "upsert", watched)
     gone = UserForgotten(tenant_id="t", user_id="u", cause=["x"], committed_at=NOW)
-    await h.feed([change(bob), change(stale), raw(gone), change(fresh)], lambda: fresh.memory_id in upserted)
+    feed = [await change(bob), await change(stale), raw(gone), await change(fresh)]
+    await h.feed(feed, lambda: fresh.memory_id in upserted)
     assert await h.runtime.index.versions("t", "u", [stale.memory_id, fresh.memory_id, stable_id("old")]) == {
         fresh.memory_id: 1
     }
@@ -300,11 +306,12 @@ async def test_export_import_export_round_trips_into_another_tenant_and_user_and
     stored = await rows(h, "v")
     assert not set(stored) & {m.id for m in source.memories}  # ids are global: the copy's rows have their own
     assert {r.status for r in stored.values()} == {MemoryStatus.ACTIVE, MemoryStatus.SUPERSEDED}
-    copied = {c["record"]["id"] for c in published(h) if parts[0].import_id in c["cause"]}
+    opened = await h.changes()
+    copied = {c["record"]["id"] for c in opened if parts[0].import_id in c["cause"]}
     assert copied == set(stored)
     assert all(
         (c["vector"] is not None) == (c["record"]["status"] == "active")
-        for c in published(h)
+        for c in opened
         if parts[0].import_id in c["cause"]
     )
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import orjson
 
+from services.config import Settings
 from services.producer import TurnProducer
 from tests.bench.corpus import SUBJECTS, sentence, turn_ids
 from tests.bench.probe import ChangeWatcher, percentiles
@@ -61,7 +62,7 @@ async def turn_to_recall(
         out.update(min=min(samples), max=max(samples))
 
 
-async def replay(bootstrap: str, events: list[dict[str, Any]], out: dict[str, Any], stall: float = 60.0) -> None:
+async def replay(settings: Settings, events: list[dict[str, Any]], out: dict[str, Any], stall: float = 60.0) -> None:
     """Produce `events` as fast as the producer goes; return when every turn is in some change's provenance.
 
     Every turn ends up in at least one memory (its exchange memory or an
@@ -82,7 +83,7 @@ async def replay(bootstrap: str, events: list[dict[str, Any]], out: dict[str, An
             all_covered.set()
 
     out.update(turns=len(expected), users=len({e["user_id"] for e in events}))
-    async with ChangeWatcher(bootstrap, on_change), TurnProducer(bootstrap) as producer:
+    async with ChangeWatcher(settings, on_change), TurnProducer(settings.kafka_bootstrap) as producer:
         started = time.perf_counter()
         try:
             await producer.send_raw(orjson.dumps(e) for e in events)

@@ -9,9 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 from aiokafka import AIOKafkaConsumer
 from prometheus_client.parser import text_string_to_metric_families
+
+from services import topics
+from services.archive.changes import open_changes
+from services.archive.keys import KeyStore
+from services.config import Settings
+from services.log_tail import pin_to_log_end
+from services.stores.postgres import PgPool
+
+__all__ = ["ChangeWatcher", "peak_rss_mib", "percentiles", "pin_to_log_end", "scrape", "wait_drained"]
 
 
 def percentiles(samples: Sequence[float], points: Sequence[int] = (50, 95, 99)) -> dict[str, float]:
@@ -46,37 +54,27 @@ async def wait_drained(client: httpx.AsyncClient, within: float, quiet_polls: in
     return False
 
 
-async def pin_to_log_end(consumer: AIOKafkaConsumer, within: float = 30.0) -> None:
-    """Position every assigned partition at its log end, as a fetch response reports it.
-
-    Not seek_to_end() alone: tansu's ListOffsets "latest" answers the first
-    offset of a recent batch plus one, short of the end (README, the embedded
-    broker), while the high watermark in its fetch responses is exact. So:
-    seek to that early end, fetch until every partition has reported its high
-    watermark (the records fetched meanwhile predate the pin), then seek there.
-    """
-    await consumer.seek_to_end()
-    partitions = consumer.assignment()
-    deadline = time.monotonic() + within
-    while any(consumer.highwater(tp) is None for tp in partitions):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no fetch response for {partitions} within {within}s")
-        await consumer.getmany(timeout_ms=100)
-    for tp in partitions:
-        consumer.seek(tp, consumer.highwater(tp))
-
-
 class ChangeWatcher:
-    """Consumes memory.changes from its end and calls `on_change(change, arrival)` for each."""
+    """Consumes memory.changes from its end and calls `on_change(change, arrival)` for each change it can open.
 
-    def __init__(self, bootstrap: str, on_change: Callable[[dict[str, Any], float], None]) -> None:
+    Changes are sealed per user (services/archive/changes.py): each fetched
+    batch is opened with one lookup of its users' keys in the stack's
+    Postgres, with the stack's master key. `change` is the opened MemoryChange
+    (or UserForgotten) as JSON; `arrival` is when its batch was fetched,
+    before opening, so the key lookup is not counted as the pipeline's time.
+    """
+
+    def __init__(self, settings: Settings, on_change: Callable[[dict[str, Any], float], None]) -> None:
         self._consumer = AIOKafkaConsumer(
-            "memory.changes", bootstrap_servers=bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=50
+            topics.CHANGES, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=50
         )
+        self._pool = PgPool(settings.pg_dsn, 2)
+        self._keys = KeyStore.from_settings(self._pool, settings)
         self._on_change = on_change
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> ChangeWatcher:
+        await self._pool.open()
         await self._consumer.start()
         # Pin the starting offsets now, so nothing produced after this is missed.
         await pin_to_log_end(self._consumer)
@@ -84,14 +82,20 @@ class ChangeWatcher:
         return self
 
     async def _run(self) -> None:
-        async for message in self._consumer:
-            if message.value is not None:
-                self._on_change(orjson.loads(message.value), time.perf_counter())
+        while True:
+            fetched = await self._consumer.getmany(timeout_ms=1000)
+            arrival = time.perf_counter()
+            values = [m.value for messages in fetched.values() for m in messages if m.value is not None]
+            if values:
+                opened, _ = await open_changes(self._keys, values)
+                for change in opened:
+                    self._on_change(change.model_dump(mode="json"), arrival)
 
     async def __aexit__(self, *_: object) -> None:
         if self._task is not None:
             self._task.cancel()
         await self._consumer.stop()
+        await self._pool.close()
 
 
 def peak_rss_mib(pid: int) -> float | None:

@@ -60,7 +60,8 @@ async def store(settings: Settings, out: dict[str, Any]) -> None:
     scratch = settings.model_copy(update={"pg_dsn": psycopg.conninfo.make_conninfo(settings.pg_dsn, dbname=SCRATCH_DB)})
     try:
         started = time.perf_counter()
-        tally, ended = await rebuild_store(scratch, Progress("store", stream=io.StringIO()))
+        # The changes are sealed per user: the scratch database gets the live one's data keys first.
+        tally, ended = await rebuild_store(scratch, Progress("store", stream=io.StringIO()), keys_from=settings.pg_dsn)
         out["seconds"] = time.perf_counter() - started
         out.update(tally.as_dict())
         out["end"] = ended

@@ -86,7 +86,7 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
         120,
         lambda o: pipeline.turn_to_recall(url, kafka, plan.idle_tries, o, headers=headers),
     )
-    await _stage(results, "throughput", 300, lambda o: pipeline.replay(kafka, corpus, o))
+    await _stage(results, "throughput", 300, lambda o: pipeline.replay(stack_settings(stack), corpus, o))
     fresh_budget = plan.fresh_seconds + 90
     await _stage(
         results,

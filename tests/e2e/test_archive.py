@@ -1,10 +1,11 @@
-"""The encrypted archive through the real embedded stack: every accepted turn sealed per user, and forgetting
-a user reaches the log.
+"""The encrypted archive and the sealed changes through the real embedded stack: every accepted turn and every
+memory change sealed per user, and forgetting a user reaches the log.
 
-Two users talk; the archive holds both, sealed. User A is forgotten through the API. Then, with fresh
-consumers, every topic of topics.yaml is read from its beginning, decrypting what can be decrypted, and
-searched for A's words; Postgres and the index are asked about A; and the archive is replayed the way a
-rebuild would, which must yield B's events and none of A's.
+Two users talk; the archive holds both, sealed, and so does memory.changes. User A is forgotten through the
+API. Then, with fresh consumers, every topic of topics.yaml is read from its beginning, decrypting what can be
+decrypted (the archive and memory.changes, with the users' keys), and searched for A's words; Postgres and the
+index are asked about A; the archive is replayed the way a rebuild would, which must yield B's events and none
+of A's; and `memstream changes` prints B's changes and none of A's.
 
 What the log cannot forget: Kafka cannot delete records before their retention does. Topics that keep
 records for at most `chat.turns`' retention (7 days: chat.turns itself, which holds raw turns as producers
@@ -15,7 +16,10 @@ stated here, in topics.yaml and in the README, and allowed below. Nothing longer
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +31,7 @@ import pytest
 from ops.topics import load_specs
 from schemas import SessionEvent, TurnEvent, chat_event_adapter
 from services import topics
-from services.archive import KeyStore, ReplayStats, archived_events, load_master_key, read_topic
+from services.archive import KeyStore, ReplayStats, archived_events, load_master_key, open_changes, read_topic
 from services.archive.master import master_key_path
 from services.config import Settings
 from services.stores.postgres import PgPool
@@ -58,6 +62,11 @@ class Scan:
     stats: ReplayStats
     b_events: list[TurnEvent | SessionEvent]
     a_archived: int
+    changes_skipped: Counter[str]  # memory.changes messages that did not open, by reason
+    b_changes_readable: int  # B's opened changes that hold B's words: the opener does open what it may
+    cli: subprocess.CompletedProcess[str]  # `memstream changes --from-beginning --tenant …`
+    word_a: str
+    word_b: str
 
 
 def marker(name: str) -> str:
@@ -79,6 +88,30 @@ async def replay(settings: Settings, pool: PgPool) -> tuple[list[TurnEvent | Ses
     stats = ReplayStats()
     keys = KeyStore.from_settings(pool, settings)
     return [e async for e in archived_events(settings, keys, stats=stats)], stats
+
+
+async def opened_changes(settings: Settings, pool: PgPool) -> tuple[list[str], Counter[str]]:
+    """memory.changes from the beginning, opened as subscribers open it (JSON per change), and what was skipped."""
+    keys = KeyStore.from_settings(pool, settings)
+    found: list[str] = []
+    skipped: Counter[str] = Counter()
+    async for batch in read_topic(settings, topics.CHANGES):
+        opened, missed = await open_changes(keys, [r.value for r in batch])
+        found += [orjson.dumps(c.model_dump(mode="json")).decode() for c in opened]
+        skipped.update(missed)
+    return found, skipped
+
+
+def changes_cli(stack: Stack) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", "changes", "--from-beginning", "--tenant", TENANT, "--idle", "5"],
+        cwd=ROOT,
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 async def records_holding(settings: Settings, topic: str, word: bytes) -> int:
@@ -133,7 +166,14 @@ async def forgotten(archive_stack: Stack) -> AsyncIterator[Scan]:
         opened = sum(word_a in orjson.dumps(e.model_dump(mode="json")).decode() for e in replayed)
         if opened:
             holding[topics.ARCHIVE] = holding.get(topics.ARCHIVE, 0) + opened
-        print(f"records holding the forgotten user's words, by topic: {holding}; replay: {stats}")
+        changes, skipped = await opened_changes(settings, pool)
+        if opened_a := sum(word_a in c for c in changes):
+            holding[topics.CHANGES] = holding.get(topics.CHANGES, 0) + opened_a
+        cli = await asyncio.to_thread(changes_cli, stack)
+        print(
+            f"records holding the forgotten user's words, by topic: {holding}; replay: {stats}; "
+            f"memory.changes opened: {len(changes)}, skipped: {dict(skipped)}; cli: {cli.stderr.splitlines()[-1:]}"
+        )
         yield Scan(
             holding_a=holding,
             short_lived={s.name for s in specs if 0 <= s.retention_ms <= turns_retention},
@@ -141,6 +181,11 @@ async def forgotten(archive_stack: Stack) -> AsyncIterator[Scan]:
             stats=stats,
             b_events=[chat_event_adapter.validate_python(e) for e in b_events],
             a_archived=len(a_events),
+            changes_skipped=skipped,
+            b_changes_readable=sum(word_b in c for c in changes),
+            cli=cli,
+            word_a=word_a,
+            word_b=word_b,
         )
     finally:
         await pool.close()
@@ -165,17 +210,31 @@ def test_no_topic_that_outlives_chat_turns_holds_anything_readable_of_the_forgot
     assert topics.TURNS in forgotten.short_lived
     assert topics.TURNS in forgotten.holding_a  # the test can see A's words where they are
     assert topics.ARCHIVE not in forgotten.holding_a
-    long_lived = set(forgotten.holding_a) - forgotten.short_lived - {topics.CHANGES}
+    long_lived = set(forgotten.holding_a) - forgotten.short_lived
     assert long_lived == set(), forgotten.holding_a
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory.changes (retention -1) carries every memory's full record, text included, in the clear; "
-    "forgetting publishes a `forgotten` event but cannot remove the earlier records (see the README)",
-)
 def test_memory_changes_holds_nothing_readable_of_the_forgotten_user(forgotten: Scan) -> None:
+    # Neither in clear nor opened with every key there is: A's changes were sealed with A's key, now deleted.
     assert topics.CHANGES not in forgotten.holding_a, forgotten.holding_a
+    assert forgotten.changes_skipped["forgotten"] >= 3  # A's changes: on the log, skipped, counted
+    assert forgotten.changes_skipped["unreadable"] == 0 == forgotten.changes_skipped["malformed"]
+    assert forgotten.b_changes_readable >= 2  # the other user's changes open, words and all
+
+
+def test_the_changes_cli_prints_the_other_users_changes_and_the_forget_but_nothing_of_the_forgotten_user(
+    forgotten: Scan,
+) -> None:
+    cli = forgotten.cli
+    assert cli.returncode == 0, cli.stderr
+    printed = [orjson.loads(line) for line in cli.stdout.splitlines()]
+    assert all(c["tenant_id"] == TENANT for c in printed)
+    assert forgotten.word_a not in cli.stdout
+    assert any(forgotten.word_b in c["record"]["text"] for c in printed if c["op"] != "forgotten")
+    (gone,) = [c for c in printed if c["op"] == "forgotten"]  # A's forget, in clear: ids only
+    assert "record" not in gone
+    assert not [c for c in printed if c["user_id"] == gone["user_id"] and c["op"] != "forgotten"]
+    assert f"{len(printed)} changes printed; skipped: forgotten=" in cli.stderr
 
 
 @pytest.fixture

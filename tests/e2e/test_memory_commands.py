@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.changes import stack_changes
 from tests.stack import ROOT, Stack, embedded_stack, produce, stack_settings, turn, user_path, wait_for
 from tests.user_rows import rows_naming
 
@@ -81,23 +81,12 @@ def settled(stack: Stack, user: str, at_least: int) -> list[dict[str, Any]]:
 
 
 async def changes_caused_by(stack: Stack, command_id: str) -> list[dict[str, Any]]:
-    consumer = AIOKafkaConsumer(
-        "memory.changes",
-        bootstrap_servers=stack.bootstrap,
-        group_id=f"t-{uuid.uuid4().hex}",
-        auto_offset_reset="earliest",
-    )
-    await consumer.start()
-    try:
-        found: list[dict[str, Any]] = []
-        for _ in range(30):
-            for messages in (await consumer.getmany(timeout_ms=1000)).values():
-                found += [c for m in messages if command_id in (c := orjson.loads(m.value)).get("cause", [])]
-            if found:
-                break
-        return found
-    finally:
-        await consumer.stop()
+    """The changes on memory.changes whose cause names the command, opened as subscribers open them."""
+
+    def caused(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [c for c in found if command_id in c.get("cause", [])]
+
+    return caused(await stack_changes(stack_settings(stack), lambda found: bool(caused(found))))
 
 
 async def test_add_correct_delete_each_readable_at_once_with_history_and_on_memory_changes(cmd_stack: Stack) -> None:

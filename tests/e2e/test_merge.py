@@ -7,11 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer
 
-from tests.stack import Stack, embedded_stack, produce, turn, user_path, wait_for
+from tests.changes import stack_changes
+from tests.stack import Stack, embedded_stack, produce, stack_settings, turn, user_path, wait_for
 
 pytestmark = pytest.mark.e2e
 TENANT = "acme"
@@ -30,27 +29,13 @@ def preferences(stack: Stack, user: str) -> list[dict[str, Any]]:
 
 
 async def changes_for(stack: Stack, user: str, wanted_op: str) -> list[dict[str, Any]]:
-    consumer = AIOKafkaConsumer(
-        "memory.changes",
-        bootstrap_servers=stack.bootstrap,
-        group_id=f"test-{uuid.uuid4().hex}",
-        auto_offset_reset="earliest",
-    )
-    await consumer.start()
-    try:
-        found: list[dict[str, Any]] = []
-        for _ in range(30):
-            batch = await consumer.getmany(timeout_ms=1000)
-            for msgs in batch.values():
-                for m in msgs:
-                    change = orjson.loads(m.value)
-                    if change["user_id"] == user:
-                        found.append(change)
-            if any(c["op"] == wanted_op for c in found):
-                break
-        return found
-    finally:
-        await consumer.stop()
+    """The user's changes on memory.changes, opened as subscribers open them, once one of them is `wanted_op`."""
+
+    def mine(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [c for c in found if c["user_id"] == user]
+
+    found = await stack_changes(stack_settings(stack), lambda found: any(c["op"] == wanted_op for c in mine(found)))
+    return mine(found)
 
 
 def merged_pair(stack: Stack, user: str) -> tuple[dict[str, Any], dict[str, Any]] | None:

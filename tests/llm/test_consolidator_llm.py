@@ -98,7 +98,7 @@ async def test_update_supersedes_the_target_with_the_models_reason(
     changes = h.sink("changes")
     fake.queue(answer({"action": "UPDATE", "target_id": OLD_ID, "reason": "the morning drink changed"}))
     await h.feed([codec.dumps(NEW)], lambda: len(changes.sent) >= 2)
-    ops = [(c["op"], c["record"]["id"], c["reason"]) for c in changes.values()]
+    ops = [(c["op"], c["record"]["id"], c["reason"]) for c in await h.changes()]
     assert ops == [
         ("superseded", OLD_ID, "llm UPDATE: the morning drink changed"),
         ("added", COFFEE, "llm UPDATE: the morning drink changed"),
@@ -117,7 +117,7 @@ async def test_delete_retires_the_target_and_stores_nothing(
     changes = h.sink("changes")
     fake.queue(answer({"action": "DELETE", "target_id": OLD_ID, "reason": "no longer true"}))
     await h.feed([codec.dumps(NEW)], lambda: bool(changes.sent))
-    (change,) = changes.values()
+    (change,) = await h.changes()
     assert (change["op"], change["record"]["status"], change["vector"]) == ("deleted", "deleted", None)
     assert await statuses(h) == {OLD_ID: MemoryStatus.DELETED.value}
 
@@ -134,7 +134,7 @@ async def test_none_stores_nothing_and_add_takes_the_rule_path(
     await h.feed([codec.dumps(NEW), codec.dumps(far)], lambda: bool(changes.sent))
     fake.queue(answer({"action": "ADD"}))
     await h.feed([codec.dumps(jazz)], lambda: len(changes.sent) >= 2)
-    assert [(c["op"], c["record"]["id"]) for c in changes.values()] == [("added", FAR), ("added", JAZZ)]
+    assert [(c["op"], c["record"]["id"]) for c in await h.changes()] == [("added", FAR), ("added", JAZZ)]
     assert await statuses(h) == {OLD_ID: "active", FAR: "active", JAZZ: "active"}
     assert len(fake.requests) == 2
 
@@ -151,7 +151,7 @@ async def test_garbage_twice_is_dead_lettered_and_the_rule_path_stores_the_candi
     assert (key, orjson.loads(value)["candidate"]["candidate_id"]) == (b"t:u", COFFEE)
     assert headers is not None
     assert "made-up" in headers["x-memstream-error"].decode()
-    assert [(c["op"], c["record"]["id"]) for c in changes.values()] == [("added", COFFEE)]
+    assert [(c["op"], c["record"]["id"]) for c in await h.changes()] == [("added", COFFEE)]
     assert await statuses(h) == {OLD_ID: "active", COFFEE: "active"}
 
 
@@ -162,5 +162,5 @@ async def test_redeliveries_and_dissimilar_candidates_cost_no_request(
     changes = h.sink("changes")
     far = preference(FAR, "User preference: I prefer aisle seats.", "e4", [0.0, 0.0, 1.0], 3)
     await h.feed([codec.dumps(OLD), codec.dumps(far)], lambda: len(changes.sent) >= 2)
-    assert [(c["op"], c["record"]["id"]) for c in changes.values()] == [("added", OLD_ID), ("added", FAR)]
+    assert [(c["op"], c["record"]["id"]) for c in await h.changes()] == [("added", OLD_ID), ("added", FAR)]
     assert fake.requests == []

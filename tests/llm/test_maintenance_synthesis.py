@@ -13,7 +13,7 @@ from schemas import MemoryRecord, MemoryType, codec
 from services.llm import LlmClient
 from services.stores.postgres import MemoryReader, Outbox, PgPool
 from tests.llm.fake_openai import FakeOpenAI, Reply, answer
-from tests.stores.test_maintenance import NOW, RULES, Sent, episode, near_axis, seed
+from tests.stores.test_maintenance import NOW, RULES, Sent, episode, keys_of, near_axis, seed
 
 WORDED = "The user trains for a marathon and has talked about it in five sessions."
 
@@ -42,7 +42,9 @@ async def test_the_model_words_a_new_topic_and_a_rerun_asks_nothing(pool: PgPool
     outbox, dead = Outbox(pool), DeadLetters()
     llm = client(fake)
     fake.queue(answer({"text": WORDED}))
-    counts = await run_pass(pool, outbox, RULES, NOW, Sent(outbox), "t", "w", llm_synthesis(llm, dead))
+    counts = await run_pass(
+        pool, outbox, RULES, NOW, Sent(outbox, keys_of(pool)), "t", "w", llm_synthesis(llm, dead), keys=keys_of(pool)
+    )
     assert counts["semantic"] == 1
     record = await semantic(pool, "w")
     assert record.text == WORDED
@@ -52,7 +54,9 @@ async def test_the_model_words_a_new_topic_and_a_rerun_asks_nothing(pool: PgPool
     assert all(f"episode {i} about marathon training" in prompt for i in range(5))
     assert dead.sent == []
     # Same `now`: the topic exists, nothing is planned, nothing is asked.
-    again = await run_pass(pool, outbox, RULES, NOW, Sent(outbox), "t", "w", llm_synthesis(llm, dead))
+    again = await run_pass(
+        pool, outbox, RULES, NOW, Sent(outbox, keys_of(pool)), "t", "w", llm_synthesis(llm, dead), keys=keys_of(pool)
+    )
     assert set(again) == {"users"}
     assert len(fake.requests) == 1
     await llm.close()
@@ -63,8 +67,8 @@ async def test_garbage_keeps_the_rule_text_and_is_dead_lettered(pool: PgPool, fa
     outbox, dead = Outbox(pool), DeadLetters()
     llm = client(fake)
     fake.queue(Reply(content="Marathons!"), Reply(content='{"text": ""}'))
-    sent = Sent(outbox)
-    await run_pass(pool, outbox, RULES, NOW, sent, "t", "x", llm_synthesis(llm, dead))
+    sent = Sent(outbox, keys_of(pool))
+    await run_pass(pool, outbox, RULES, NOW, sent, "t", "x", llm_synthesis(llm, dead), keys=keys_of(pool))
     record = await semantic(pool, "x")
     assert record.text.startswith("Recurring topic: marathon")
     ((key, value, error),) = dead.sent

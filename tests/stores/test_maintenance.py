@@ -21,9 +21,11 @@ from schemas import (
     MemoryStatus,
     MemoryType,
     Provenance,
-    codec,
 )
 from schemas.memory import QuestionState
+from services.archive.changes import open_changes
+from services.archive.codec import MasterKey
+from services.archive.keys import KeyStore
 from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, OutboxMessage, PgPool, WindowStore
 from services.stores.postgres.maintenance import idle_sessions
 from services.textutil import stable_id
@@ -69,15 +71,26 @@ def near_axis(i: int) -> list[float]:
     return [float(x) for x in v / np.linalg.norm(v)]
 
 
-class Sent:
-    """A publish that keeps what it was handed and forgets the outbox rows, as the real one does."""
+MASTER = MasterKey(bytes(range(32)))
 
-    def __init__(self, outbox: Outbox) -> None:
+
+def keys_of(pool: PgPool) -> KeyStore:
+    """The users' data keys in this database, under the tests' master key: what seals and opens the changes."""
+    return KeyStore(pool, MASTER)
+
+
+class Sent:
+    """A publish that keeps what it was handed, opened, and forgets the outbox rows, as the real one does."""
+
+    def __init__(self, outbox: Outbox, keys: KeyStore) -> None:
         self.outbox = outbox
+        self.keys = keys
         self.changes: list[MemoryChange] = []
 
     async def __call__(self, messages: Sequence[OutboxMessage]) -> None:
-        self.changes += [codec.loads(MemoryChange, m.value) for m in messages]
+        opened, skipped = await open_changes(self.keys, [m.value for m in messages])
+        assert not skipped, skipped  # every change sealed with its user's current key
+        self.changes += [c for c in opened if isinstance(c, MemoryChange)]
         await self.outbox.delete([m.id for m in messages])
 
 
@@ -95,9 +108,9 @@ async def test_a_pass_writes_versions_and_changes_and_a_rerun_writes_nothing(poo
         pool, [*((episode(i), near_axis(i)) for i in range(5)), (stale, near_axis(200)), (other_user, near_axis(0))]
     )
     outbox = Outbox(pool)
-    sent = Sent(outbox)
+    sent = Sent(outbox, keys_of(pool))
 
-    counts = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u")
+    counts = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u", keys=keys_of(pool))
     assert counts["patterns"] == 1
     assert counts["compressed"] == 5
     assert counts["pruned"] == 1
@@ -122,7 +135,7 @@ async def test_a_pass_writes_versions_and_changes_and_a_rerun_writes_nothing(poo
     assert await outbox.stale(older_than_seconds=-60, limit=100) == []
 
     sent.changes.clear()
-    again = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u")
+    again = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u", keys=keys_of(pool))
     assert sent.changes == []
     assert set(again) == {"users"}
 
@@ -132,8 +145,8 @@ async def test_a_replayed_history_ages_by_when_it_happened_not_when_it_was_inges
     today = datetime.now(UTC)
     await seed(pool, [(episode(i, ingested=today), near_axis(i)) for i in range(5)])
     outbox = Outbox(pool)
-    sent = Sent(outbox)
-    counts = await run_pass(pool, outbox, RULES, NOW, sent)
+    sent = Sent(outbox, keys_of(pool))
+    counts = await run_pass(pool, outbox, RULES, NOW, sent, keys=keys_of(pool))
     assert (counts["decayed"], counts["patterns"], counts["compressed"], counts["semantic"]) == (5, 1, 5, 1)
     reads = MemoryReader(pool)
     episodes = await reads.list_memories("t", "u", type_=MemoryType.EPISODE, status=None, limit=10, offset=0)
@@ -144,10 +157,10 @@ async def test_a_replayed_history_ages_by_when_it_happened_not_when_it_was_inges
     assert pattern.source.metadata[-1]["memory_ids"] == sorted(e.id for e in episodes)
 
     sent.changes.clear()
-    assert set(await run_pass(pool, outbox, RULES, NOW, sent)) == {"users"}
+    assert set(await run_pass(pool, outbox, RULES, NOW, sent, keys=keys_of(pool))) == {"users"}
     assert sent.changes == []
     # A pass as of a day after the first decays the (now) unseen memories again, the new pattern too.
-    later = await run_pass(pool, outbox, RULES, NOW + timedelta(days=1), sent)
+    later = await run_pass(pool, outbox, RULES, NOW + timedelta(days=1), sent, keys=keys_of(pool))
     assert (later["decayed"], later["patterns"], later["semantic"]) == (7, 0, 0)
 
 
@@ -175,9 +188,9 @@ async def test_a_pass_defers_questions_surfaced_often_or_open_long_and_an_answer
     reads = MemoryReader(pool)
     assert {q.id for q in await reads.open_questions("t", "u", limit=10)} == {surfaced.id, old.id, fresh.id}
     outbox = Outbox(pool)
-    sent = Sent(outbox)
+    sent = Sent(outbox, keys_of(pool))
 
-    counts = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u")
+    counts = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u", keys=keys_of(pool))
     assert counts["deferred"] == 2
     by_id = {c.record.id: c for c in sent.changes}
     assert set(by_id) == {surfaced.id, old.id}
@@ -202,7 +215,7 @@ async def test_a_pass_defers_questions_surfaced_often_or_open_long_and_an_answer
     assert not touches(rows[surfaced.id], "what about the Japan conference visa?", [["Japan"]])
 
     sent.changes.clear()
-    again = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u")
+    again = await run_pass(pool, outbox, RULES, NOW, sent, tenant_id="t", user_id="u", keys=keys_of(pool))
     assert (sent.changes, set(again)) == ([], {"users"})
 
     # A later statement that answers it still moves a deferred question on.
@@ -224,9 +237,12 @@ async def test_changes_stay_in_the_outbox_when_publishing_fails(pool: PgPool) ->
         raise ConnectionError("broker down")
 
     with pytest.raises(ConnectionError):
-        await run_pass(pool, outbox, RULES, NOW, broker_down)
+        await run_pass(pool, outbox, RULES, NOW, broker_down, keys=keys_of(pool))
     [left] = await outbox.stale(older_than_seconds=-60, limit=100)
-    assert codec.loads(MemoryChange, left.value).record.importance == pytest.approx(0.25)
+    assert b"marathon" not in left.value  # sealed in the transaction, before it ever reaches the broker
+    [change], _ = await open_changes(keys_of(pool), [left.value])
+    assert isinstance(change, MemoryChange)
+    assert change.record.importance == pytest.approx(0.25)
 
 
 async def test_idle_sessions_are_open_ones_whose_last_turn_is_old(pool: PgPool) -> None:

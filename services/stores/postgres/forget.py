@@ -9,6 +9,8 @@ table someone adds later is forgotten too without anyone remembering to.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from psycopg import sql
 
 from schemas import partition_key
@@ -30,10 +32,16 @@ async def user_tables(conn: Conn) -> list[str]:
     return [str(r["table_name"]) for r in await cur.fetchall()]
 
 
-async def forget_user(conn: Conn, tenant_id: str, user_id: str) -> dict[str, int]:
-    """Delete the user's rows everywhere; rows deleted per table (those with none are left out)."""
+async def forget_user(conn: Conn, tenant_id: str, user_id: str, keep: Collection[str] = ()) -> dict[str, int]:
+    """Delete the user's rows everywhere but in `keep`; rows deleted per table (those with none are left out).
+
+    `keep` is for replaying a forget that happened long ago (services/rebuild/store.py keeps the user's
+    current data key); forgetting itself keeps nothing.
+    """
     deleted: dict[str, int] = {}
     for table in await user_tables(conn):
+        if table in keep:
+            continue
         cur = await conn.execute(
             sql.SQL("DELETE FROM {} WHERE tenant_id = %s AND user_id = %s").format(sql.Identifier(table)),
             (tenant_id, user_id),
