@@ -87,7 +87,9 @@ def build_apps(settings: Settings, runtime: Runtime, stages: Sequence[str] = STA
     if placement.leader is not None:
         leader = built[placement.leader]
         agents.maintenance.register(leader.app, settings, runtime, leader.topics)
-        housekeeping.register_counts(leader.app, settings, runtime, lambda: is_leader(leader.app, leader_topic(settings)))
+        housekeeping.register_counts(
+            leader.app, settings, runtime, lambda: is_leader(leader.app, leader_topic(settings))
+        )
     if placement.relay is not None:
         relay = built[placement.relay]
         register_relay(relay.app, runtime, relay.topics.by_name(), settings.outbox_relay_seconds)

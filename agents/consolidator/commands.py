@@ -19,6 +19,7 @@ re-derives the same vectors.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
@@ -58,6 +59,7 @@ from services.textutil import stable_id
 
 STAGE = "commands"
 _store = CommandStore()
+log = logging.getLogger(__name__)
 Published = MemoryChange | UserForgotten
 
 
@@ -275,6 +277,9 @@ async def publish(rt: Runtime, topics: Topics, applied: Applied) -> None:
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
     rt.open_keys()  # the master key now: changes are sealed per user
+    if s.hold_commands:
+        log.info("memory.commands held until the archive is through (a generation's rebuild, first phase)")
+        return
 
     async def handle(batch: list[CommandMessage]) -> None:
         await publish(rt, topics, await apply_commands(rt, [message.root for message in batch]))

@@ -123,9 +123,9 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     ):  # zero series: increase() counts the first
         metrics.DLQ.labels(stage=STAGE, reason=reason)
     metrics.ARCHIVE_SKIPPED.labels(reason="forgotten")
-    # The default's window archives what it accepts (and may generate the master key, data_dir/master-key);
-    # a generation's reads the archive (agents/window/archived.py) and must not archive its input again.
-    keys = KeyStore.from_settings(rt.pg, s, create_master=not s.generation)
+    # The default's window archives what it accepts; a generation's reads the archive
+    # (agents/window/archived.py) and must not archive its input again.
+    keys = rt.open_keys()
 
     async def apply(events: list[TurnEvent | SessionEvent]) -> None:
         messages = await handle_events(rt, events, limits, None if s.generation else keys)

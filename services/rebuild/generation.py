@@ -6,15 +6,16 @@
    of topics.yaml;
 2. starts a worker process in the generation (`memstream worker` with
    MEMSTREAM_GENERATION=NAME: every stage, with the generation's consumer
-   groups, topics, schema and index). Its window reads `memory.archive` from
-   the beginning with a group of its own, opening each record with its
-   user's key and skipping forgotten users (agents/window/archived.py); it
-   does not archive again;
+   groups, topics, schema and index) that holds `memory.commands` back.
+   Its window reads `memory.archive` from the beginning with a group of its
+   own, opening each record with its user's key and skipping forgotten users
+   (agents/window/archived.py); it does not archive again;
 3. waits until the generation has drained: every stage's consumer group has
    committed the end of its input and the generation's outbox is empty, for
    `settle` seconds in a row (the window's lag on the archive drives the
    progress bar; the total lag is written to the registry as it falls, for
-   /metrics);
+   /metrics); then the same with a worker that applies the commands too, so
+   users' deletes and corrections meet the memories they name;
 4. stops the worker and marks the generation `ready`, with its figures.
 
 The generation then holds the memory the current code derives from the
@@ -56,14 +57,17 @@ from services.rebuild.progress import Progress
 
 log = logging.getLogger("memstream.rebuild")
 
-# Each stage's input, by the role of its topic: where a generation's lag is measured.
-STAGE_INPUTS = {
-    "window": "archive",
-    "summarizer": "evicted",
-    "embedder": "candidates",
-    "consolidator": "embedded",
-    "qdrant_sink": "changes",
-}
+# Each stage's inputs, by the role of the topic: where a generation's lag is measured.
+STAGE_INPUTS = (
+    ("window", "archive"),
+    ("summarizer", "evicted"),
+    ("embedder", "candidates"),
+    ("consolidator", "embedded"),
+    ("consolidator", "commands"),
+    ("qdrant_sink", "changes"),
+)
+# The first phase holds the commands back (see `rebuild_generation`).
+FIRST_PHASE = tuple(pair for pair in STAGE_INPUTS if pair != ("consolidator", "commands"))
 
 
 @dataclass
@@ -92,12 +96,12 @@ async def create_topics_of(settings: Settings, gen: Generation) -> list[str]:
     return await create_topics(settings.kafka_bootstrap, specs, confluent_config(settings))
 
 
-async def stage_lags(settings: Settings) -> dict[str, int | None]:
-    """Messages each of the generation's stages has not committed yet (None: not yet measurable)."""
+async def stage_lags(settings: Settings, inputs: tuple[tuple[str, str], ...] = STAGE_INPUTS) -> dict[str, int | None]:
+    """Messages of each input (`stage:role`) the generation's stage has not committed yet (None: not measurable)."""
     gen = generations.of(settings)
     return {
-        stage: await group_lag(settings, group_id(settings.app_id, stage), gen.topic(role))
-        for stage, role in STAGE_INPUTS.items()
+        f"{stage}:{role}": await group_lag(settings, group_id(settings.app_id, stage), gen.topic(role))
+        for stage, role in inputs
     }
 
 
@@ -107,11 +111,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_worker(settings: Settings, name: str) -> subprocess.Popen[bytes]:
+def start_worker(settings: Settings, name: str, *, hold_commands: bool = False) -> subprocess.Popen[bytes]:
     """`memstream worker` in the generation, every stage; its log in data_dir/logs/generation-NAME.log."""
     log_dir = settings.data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MEMSTREAM_GENERATION": name, "MEMSTREAM_WORKER_METRICS_PORT": str(_free_port())}
+    env["MEMSTREAM_HOLD_COMMANDS"] = "true" if hold_commands else "false"
     out = (log_dir / f"generation-{name}.log").open("ab")
     try:
         return subprocess.Popen(
@@ -150,6 +155,7 @@ async def drain(
     *,
     settle: float,
     within: float,
+    inputs: tuple[tuple[str, str], ...] = STAGE_INPUTS,
     report_every: float = 5.0,
 ) -> None:
     """Until the generation's stages have committed all of the archive and its outbox is empty, `settle` s running.
@@ -165,9 +171,9 @@ async def drain(
         while True:
             if worker.poll() is not None:
                 raise RuntimeError(f"the generation's worker exited with {worker.returncode} (see its log)")
-            lags = await stage_lags(scoped)
+            lags = await stage_lags(scoped, inputs)
             lag = None if None in lags.values() else sum(v or 0 for v in lags.values())
-            window = lags["window"]
+            window = lags["window:archive"]
             if window is not None:
                 total = max(progress.total or 0, progress.done + window)
                 progress.advance(max(total - window - progress.done, 0), total=total)
@@ -209,15 +215,19 @@ async def rebuild_generation(
     async with await _connect(settings.pg_dsn) as conn:
         await generations.begin(conn, name, source="memory.archive")
     await create_topics_of(settings, gen)
-    worker = start_worker(settings, name)
-    try:
-        await drain(settings, scoped, worker, progress, settle=settle, within=within)
-    except BaseException as exc:
+    # Two phases: the archive through every stage with the commands held back, then the commands. A command
+    # names memory that existed when it was given; applied before the archive had re-derived that memory, a
+    # delete would find nothing and the deleted memory would come back.
+    for inputs, hold in ((FIRST_PHASE, True), (STAGE_INPUTS, False)):
+        worker = start_worker(settings, name, hold_commands=hold)
+        try:
+            await drain(settings, scoped, worker, progress, settle=settle, within=within, inputs=inputs)
+        except BaseException as exc:
+            stop_worker(worker)
+            async with await _connect(settings.pg_dsn) as conn:
+                await generations.set_state(conn, name, "building", {"error": repr(exc)[:500]})
+            raise
         stop_worker(worker)
-        async with await _connect(settings.pg_dsn) as conn:
-            await generations.set_state(conn, name, "building", {"error": repr(exc)[:500]})
-        raise
-    stop_worker(worker)
     progress.finish()
     tally.archived = progress.total or progress.done
     tally.events, tally.memories, tally.active = await counts(scoped)

@@ -123,9 +123,14 @@ async def test_rebuilding_the_store_from_changes_gives_the_same_memories(phases:
     start = datetime.now(UTC) - timedelta(minutes=8)
     await produce(stack.bootstrap, [e for user in phases.users for e in conversation(user, start)])
     wait_for(lambda: any(r["status"] == "superseded" for r in snapshot(dsn)), 120, "a superseded fact")
+    # A user deletes a memory: every rebuild must keep it deleted (a tombstone, never the memory again).
+    music = next(r for r in settled(dsn) if r["user_id"] == phases.users[0] and "baroque" in r["text"])
+    path = f"/v1/users/{phases.users[0]}/memories/{music['id']}"
+    deleted = stack.request("DELETE", path, params={"tenant_id": TENANT, "wait": "true"})
+    assert deleted.status_code == 200, deleted.text
     live = settled(dsn)
     assert {r["type"] for r in live} >= {"fact", "preference", "exchange"}
-    assert {r["status"] for r in live} >= {"active", "superseded"}
+    assert {r["status"] for r in live} >= {"active", "superseded", "deleted"}
     assert any(r["reinforcement_count"] > 0 for r in live)
 
     # 1. The live database loses its memories; the log brings them back.
@@ -140,7 +145,12 @@ async def test_rebuilding_the_store_from_changes_gives_the_same_memories(phases:
     fresh = psycopg.conninfo.make_conninfo(dsn, dbname="rebuilt")
     with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, dbname="postgres"), autocommit=True) as conn:
         conn.execute("CREATE DATABASE rebuilt")
-    done = memstream(stack.env, "rebuild", "store", "--from", "changes", MEMSTREAM_PG_DSN=fresh)
+    # The users' data keys are what opens memory.changes: a lost database needs them from a backup (here: the
+    # live one); without them the rebuild refuses.
+    refused = memstream(stack.env, "rebuild", "store", "--from", "changes", MEMSTREAM_PG_DSN=fresh)
+    assert refused.returncode == 1
+    assert "keys" in refused.stderr
+    done = memstream(stack.env, "rebuild", "store", "--from", "changes", "--keys-from", dsn, MEMSTREAM_PG_DSN=fresh)
     assert done.returncode == 0, done.stderr
     assert snapshot(fresh) == live
 
