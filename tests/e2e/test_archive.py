@@ -30,11 +30,13 @@ import pytest
 
 from ops.topics import load_specs
 from schemas import SessionEvent, TurnEvent, chat_event_adapter
-from services import topics
+from services import generations, topics
 from services.archive import KeyStore, ReplayStats, archived_events, load_master_key, open_changes, read_topic
 from services.archive.master import master_key_path
 from services.config import Settings
+from services.rebuild.index import edge_path, model_dimension
 from services.stores.postgres import PgPool
+from services.stores.qdrant_edge_index import EdgeIndex
 from tests.stack import ROOT, Stack, embedded_stack, produce, session_end, stack_settings, turn, user_path, wait_for
 from tests.user_rows import rows_naming
 
@@ -103,13 +105,17 @@ async def opened_changes(settings: Settings, pool: PgPool) -> tuple[list[str], C
 
 
 def changes_cli(stack: Stack) -> subprocess.CompletedProcess[str]:
+    return cli(stack, "changes", "--from-beginning", "--tenant", TENANT, "--idle", "5")
+
+
+def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", "changes", "--from-beginning", "--tenant", TENANT, "--idle", "5"],
+        [sys.executable, "-m", "services.cli", *args],
         cwd=ROOT,
         env=stack.env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
     )
 
@@ -235,6 +241,48 @@ def test_the_changes_cli_prints_the_other_users_changes_and_the_forget_but_nothi
     assert "record" not in gone
     assert not [c for c in printed if c["user_id"] == gone["user_id"] and c["op"] != "forgotten"]
     assert f"{len(printed)} changes printed; skipped: forgotten=" in cli.stderr
+
+
+async def test_a_generation_rebuilt_after_the_forget_holds_nothing_of_the_forgotten_user_anywhere(
+    archive_stack: Stack, forgotten: Scan
+) -> None:
+    """The full rebuild: every memory derived again from the archive, into a generation of its own."""
+    stack, settings = archive_stack, stack_settings(archive_stack)
+    user_a = next(c["user_id"] for c in map(orjson.loads, forgotten.cli.stdout.splitlines()) if c["op"] == "forgotten")
+    user_b = forgotten.b_events[0].user_id
+    done = await asyncio.to_thread(cli, stack, "rebuild", "generation", "after", "--from", "archive")
+    assert done.returncode == 0, done.stderr
+    scoped = generations.scoped(settings, "after")
+    try:
+        # Postgres: the generation's schema has B and nothing of A.
+        assert rows_naming(scoped.pg_dsn, TENANT, user_a) == {}
+        assert rows_naming(scoped.pg_dsn, TENANT, user_b).get("memories", 0) >= 2
+        # The index the rebuild wrote (its worker has stopped; nothing else holds the shard unless it serves).
+        shard = EdgeIndex(edge_path(scoped))
+        await shard.ensure(model_dimension(settings))
+        try:
+            assert await shard.count_scope(TENANT, user_a) == 0
+            assert await shard.count_scope(TENANT, user_b) >= 2
+        finally:
+            await shard.close()
+        # Every topic of the generation, raw and opened with every key there is.
+        own = list(generations.Generation("after").own_topics().values())
+        counts = await asyncio.gather(*(records_holding(settings, t, forgotten.word_a.encode()) for t in own))
+        assert dict(zip(own, counts, strict=True)) == dict.fromkeys(own, 0)
+        pool = PgPool(settings.pg_dsn, 2)
+        await pool.open()
+        try:
+            keys = KeyStore.from_settings(pool, settings)
+            opened = []
+            async for batch in read_topic(settings, generations.Generation("after").topic("changes")):
+                opened += (await open_changes(keys, [r.value for r in batch]))[0]
+        finally:
+            await pool.close()
+        texts = orjson.dumps([c.model_dump(mode="json") for c in opened]).decode()
+        assert forgotten.word_a not in texts
+        assert forgotten.word_b in texts  # B's changes open: the search would have found A's
+    finally:
+        assert (await asyncio.to_thread(cli, stack, "generation", "drop", "after")).returncode == 0
 
 
 @pytest.fixture
