@@ -82,3 +82,18 @@ def test_every_stage_list_in_the_file_is_valid(services: dict[str, Any]) -> None
         words = shlex.split(command)
         parse_stages(words[words.index("--stages") + 1])  # raises UnknownStage
         assert words[:2] == ["memstream", "worker"], name
+
+
+def test_every_memstream_container_shares_the_master_key_and_the_auth_secret(services: dict[str, Any]) -> None:
+    # Each container has its own data dir: a key generated there would differ per container (MasterKeyMismatch).
+    for name in ("prestart", "worker", "generation-worker", "api"):
+        env = _env(services[name])
+        assert env["MEMSTREAM_MASTER_KEY"].startswith("${MEMSTREAM_MASTER_KEY:?"), name
+        assert env["MEMSTREAM_AUTH_SECRET"].startswith("${MEMSTREAM_AUTH_SECRET:?"), name
+
+
+def test_a_generation_worker_is_optional_and_names_its_generation(services: dict[str, Any]) -> None:
+    follower = services["generation-worker"]
+    assert follower["profiles"] == ["generation"]  # not started by a plain `docker compose up`
+    assert "MEMSTREAM_GENERATION" in _env(follower)
+    assert shlex.split(follower["command"]) == ["memstream", "worker"]
