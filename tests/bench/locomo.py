@@ -289,7 +289,7 @@ async def run(
     users = {s["sample_id"]: f"{s['sample_id']}-{run_id}" for s in samples}
     events = [e for s in samples for e in to_events(s, users[s["sample_id"]])]
     stats: dict[str, Any] = {}
-    await replay(bootstrap, events, stats)
+    await replay(settings, events, stats)
     async with httpx.AsyncClient(base_url=base_url, timeout=30, headers=dict(headers)) as client:
         stats["drained"] = await wait_drained(client, 300)
     if stack_env is not None:

@@ -23,7 +23,7 @@ from typing import Any
 from agents.stages import INDEX_STAGE, STAGE_NAMES, without
 from tests.bench import pipeline
 from tests.bench.corpus import conversations
-from tests.stack import Stack, embedded_stack, wait_for
+from tests.stack import Stack, embedded_stack, stack_settings, wait_for
 
 # Port offsets of their own (the session stack uses 0, the benchmarks 7 and 8, the workers e2e test 65).
 PORTS = {1: 66, 2: 68}
@@ -50,7 +50,7 @@ def run_with(workers: int, corpus: list[dict[str, Any]]) -> dict[str, Any]:
             wait_for(lambda: _workers_joined(stack, workers), 120, "workers joined every stage's group", 0.5)
         out["start_seconds"] = round(time.perf_counter() - started, 1)
         try:
-            asyncio.run(asyncio.wait_for(pipeline.replay(stack.bootstrap, corpus, out), REPLAY_BUDGET))
+            asyncio.run(asyncio.wait_for(pipeline.replay(stack_settings(stack), corpus, out), REPLAY_BUDGET))
         except TimeoutError:
             out["timed_out"] = True
     return out
