@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,6 +33,22 @@ def user_path(user: str) -> str:
     segment before sending; `%2E` survives that and the server decodes it.
     """
     return quote(user, safe="").replace(".", "%2E")
+
+
+def run_cli(
+    env: Mapping[str, str], *args: str, stdin: str | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """`memstream ARGS` as a user runs it: its own process, from the checkout, with `env` (a stack's, say)."""
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        cwd=ROOT,
+        env=dict(env),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @dataclass

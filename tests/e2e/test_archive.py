@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -37,7 +36,18 @@ from services.config import Settings
 from services.rebuild.index import edge_path, model_dimension
 from services.stores.postgres import PgPool
 from services.stores.qdrant_edge_index import EdgeIndex
-from tests.stack import ROOT, Stack, embedded_stack, produce, session_end, stack_settings, turn, user_path, wait_for
+from tests.stack import (
+    ROOT,
+    Stack,
+    embedded_stack,
+    produce,
+    run_cli,
+    session_end,
+    stack_settings,
+    turn,
+    user_path,
+    wait_for,
+)
 from tests.user_rows import rows_naming
 
 pytestmark = pytest.mark.e2e
@@ -109,15 +119,7 @@ def changes_cli(stack: Stack) -> subprocess.CompletedProcess[str]:
 
 
 def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        cwd=ROOT,
-        env=stack.env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run_cli(stack.env, *args)
 
 
 async def records_holding(settings: Settings, topic: str, word: bytes) -> int:

@@ -5,29 +5,20 @@ from __future__ import annotations
 import asyncio
 import stat
 import subprocess
-import sys
 import time
 import uuid
 
 import httpx
 import pytest
 
-from tests.stack import ROOT, Stack, produce, turn, user_path, wait_for
+from tests.stack import Stack, produce, run_cli, turn, user_path, wait_for
 
 pytestmark = pytest.mark.e2e
 TENANT, OTHER = "auth-e2e", "auth-e2e-other"
 
 
 def memstream(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        cwd=ROOT,
-        env=stack.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(stack.env, *args, timeout=120)
 
 
 def test_up_wrote_an_operator_key_only_its_owner_can_read(stack: Stack) -> None:

@@ -9,7 +9,6 @@ MEMSTREAM_COMMAND_WAIT_TIMEOUT on this shared, busy machine.
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.changes import stack_changes
-from tests.stack import ROOT, Stack, embedded_stack, produce, stack_settings, turn, user_path, wait_for
+from tests.stack import Stack, embedded_stack, produce, run_cli, stack_settings, turn, user_path, wait_for
 from tests.user_rows import rows_naming
 
 pytestmark = pytest.mark.e2e
@@ -238,16 +237,7 @@ async def test_export_import_round_trips_and_forgetting_leaves_an_unknown_user(c
 
 
 def cli(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        cwd=ROOT,
-        env=stack.env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(stack.env, *args, stdin=stdin, timeout=120)
 
 
 def test_the_cli_lists_adds_corrects_deletes_exports_imports_and_forgets(cmd_stack: Stack, tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from services.rebuild.index import edge_path
-from tests.stack import ROOT, Stack, embedded_stack, produce, session_end, stack_settings, turn, wait_for
+from tests.stack import Stack, embedded_stack, produce, run_cli, session_end, stack_settings, turn, wait_for
 
 pytestmark = pytest.mark.e2e
 TENANT = "rebuild"
@@ -74,15 +73,7 @@ def settled(dsn: str, quiet: float = 6.0, within: float = 180.0) -> list[dict[st
 
 
 def memstream(stack_env: dict[str, str], *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        cwd=ROOT,
-        env={**stack_env, **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_cli({**stack_env, **env}, *args)
     print(done.stdout, done.stderr)
     return done
 

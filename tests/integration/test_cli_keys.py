@@ -15,7 +15,7 @@ import pytest
 
 from services.auth.keys import key_hash
 from services.auth.secret import SECRET_FILE
-from tests.stack import ROOT
+from tests.stack import ROOT, run_cli
 
 
 class Cli:
@@ -25,15 +25,7 @@ class Cli:
         self.pg_dsn = pg_dsn
 
     def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "services.cli", "keys", *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return run_cli(self.env, "keys", *args, timeout=120)
 
     def listed(self, *args: str) -> list[dict[str, Any]]:
         done = self("list", "--json", *args)

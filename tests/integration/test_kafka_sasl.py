@@ -13,7 +13,6 @@ import contextlib
 import os
 import struct
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ from ops.embedded import (
 from ops.scram import UserStore
 from services.config import Settings
 from services.kafka_auth import aiokafka_kwargs, confluent_config
+from tests.stack import run_cli
 
 PASSWORD = "correct-horse-battery"
 
@@ -238,15 +238,7 @@ def test_the_gate_never_sees_or_logs_a_password(gated: Gated) -> None:
 
 def _cli(gated: Gated, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MEMSTREAM_DATA_DIR": str(gated.settings.data_dir)}
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", "kafka-users", *args],
-        input=stdin,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_cli(env, "kafka-users", *args, stdin=stdin, timeout=60)
 
 
 async def test_memstream_kafka_users_add_lets_a_chat_service_in_and_remove_shuts_it_out(
