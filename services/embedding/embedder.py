@@ -128,6 +128,11 @@ class CachedEmbedder:
         self.name = inner.name
         self.dimension = inner.dimension
 
+    @property
+    def inner(self) -> Embedder:
+        """The model itself, for a caller with a cache of its own (recall's query cache)."""
+        return self._inner
+
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         keys = [content_hash(t) for t in texts]
         found: dict[str, Vector] = {}

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType
-from services.stores.postgres.pool import PgPool
+from services.stores.postgres.pool import Conn, PgPool
 from services.stores.postgres.records import RECORD_COLUMNS as _RECORD_COLUMNS
 from services.stores.postgres.records import record_from_row
+from services.stores.postgres.windows import WORKING_WINDOW_SQL
 
 # Which rows were active memory at `%(at)s` (the rule of point-in-time recall, README "Point-in-time recall"):
 # observed by then, and either still active, or retired (superseded, merged; pruned: `updated_at` is when
@@ -27,6 +29,53 @@ _ACTIVE_AT = """observed_at <= %(at)s AND CASE status
 # Any of the query's words, English-stemmed like the index's BM25: plainto_tsquery joins its lexemes
 # with ' & ' only (no other operator), so turning those into ' | ' is exactly "match any".
 _ANY_WORD = "replace(plainto_tsquery('english', %(text)s)::text, ' & ', ' | ')::tsquery"
+
+# The reads of a recall (README "Recall"); each is scoped by tenant and user, each is one statement so
+# `recall_reads` can send them together. Profile: keyed facts and preferences close to the query, scored
+# by pgvector over one user's profile (a few hundred rows at most).
+_PROFILE_SQL = f"""SELECT * FROM (
+        SELECT {_RECORD_COLUMNS}, 1 - (embedding <=> %(q)s) AS similarity FROM memories
+        WHERE tenant_id = %(t)s AND user_id = %(u)s AND status = 'active'
+          AND type IN ('fact', 'preference') AND embedding IS NOT NULL
+          AND vector_dims(embedding) = vector_dims(%(q)s::vector)
+    ) scored WHERE similarity >= %(min)s ORDER BY similarity DESC LIMIT %(k)s"""
+_ACCESS_SQL = """SELECT id, access_count, last_accessed_at FROM memories
+    WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = ANY(%(ids)s) AND status = 'active'"""
+_OPEN_QUESTIONS_SQL = f"""SELECT {_RECORD_COLUMNS} FROM memories
+    WHERE tenant_id = %(t)s AND user_id = %(u)s AND type = 'question' AND status = 'active'
+      AND question->>'state' = 'open'
+    ORDER BY observed_at DESC, id LIMIT %(k)s"""
+
+Access = dict[str, tuple[int, datetime | None]]
+
+
+def _profile(rows: list[dict[str, Any]]) -> list[tuple[MemoryRecord, float]]:
+    return [(record_from_row(r), r["similarity"]) for r in rows]
+
+
+def _access(rows: list[dict[str, Any]]) -> Access:
+    return {r["id"]: (int(r["access_count"]), r["last_accessed_at"]) for r in rows}
+
+
+async def _rows(conn: Conn, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    cur = await conn.execute(sql, params)
+    return await cur.fetchall()
+
+
+@dataclass(frozen=True)
+class RecallReads:
+    """What a recall needs from the source of truth, read in one round trip (`MemoryReader.recall_reads`).
+
+    `access`: of the index's hits, those Postgres still holds as active, with their access count and last
+    access; `profile`: facts and preferences close to the query, with their cosine; `questions`: the open
+    questions, newest first (empty when not asked for); `window`: the session's row (None when not asked for
+    or unknown).
+    """
+
+    access: Access
+    profile: list[tuple[MemoryRecord, float]]
+    questions: list[MemoryRecord]
+    window: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -58,17 +107,53 @@ class MemoryReader:
         pgvector over one user's profile: a few hundred rows at most.
         """
         async with self._pool.connection("active_profile") as conn:
-            cur = await conn.execute(
-                f"""SELECT * FROM (
-                        SELECT {_RECORD_COLUMNS}, 1 - (embedding <=> %s) AS similarity FROM memories
-                        WHERE tenant_id = %s AND user_id = %s AND status = 'active'
-                          AND type IN ('fact', 'preference') AND embedding IS NOT NULL
-                          AND vector_dims(embedding) = vector_dims(%s::vector)
-                    ) scored WHERE similarity >= %s ORDER BY similarity DESC LIMIT %s""",
-                (vec := np.asarray(query, dtype=np.float32), tenant_id, user_id, vec, min_similarity, limit),
+            params = {"t": tenant_id, "u": user_id, "q": np.asarray(query, dtype=np.float32)}
+            return _profile(await _rows(conn, _PROFILE_SQL, {**params, "min": min_similarity, "k": limit}))
+
+    async def recall_reads(
+        self,
+        tenant_id: str,
+        user_id: str,
+        *,
+        hit_ids: Sequence[str],
+        query: Sequence[float],
+        min_similarity: float,
+        profile_limit: int,
+        questions_limit: int = 0,
+        session_id: str | None = None,
+    ) -> RecallReads:
+        """The liveness and access of the hits, the close profile, the open questions and the working window.
+
+        One connection, one round trip: the statements go out together in
+        pipeline mode and the answers come back together. Four round trips
+        cost four waits on the server and four trips through the pool, which
+        under concurrent recalls is most of what Postgres adds to one.
+        `questions_limit=0` and `session_id=None` leave those reads out.
+        """
+        params = {"t": tenant_id, "u": user_id}
+        async with self._pool.connection("recall_reads") as conn:
+            async with conn.pipeline():
+                access = await conn.execute(_ACCESS_SQL, {**params, "ids": list(hit_ids)}) if hit_ids else None
+                vec = np.asarray(query, dtype=np.float32)
+                profile = await conn.execute(
+                    _PROFILE_SQL, {**params, "q": vec, "min": min_similarity, "k": profile_limit}
+                )
+                questions = (
+                    await conn.execute(_OPEN_QUESTIONS_SQL, {**params, "k": questions_limit})
+                    if questions_limit > 0
+                    else None
+                )
+                window = (
+                    await conn.execute(WORKING_WINDOW_SQL, {**params, "s": session_id})
+                    if session_id is not None
+                    else None
+                )
+            return RecallReads(
+                access=_access(await access.fetchall()) if access is not None else {},
+                profile=_profile(await profile.fetchall()),
+                questions=[record_from_row(r) for r in await questions.fetchall()] if questions is not None else [],
+                window=await window.fetchone() if window is not None else None,
             )
-            rows = await cur.fetchall()
-            return [(record_from_row(r), r["similarity"]) for r in rows]
 
     async def recall_as_of(
         self,
@@ -139,12 +224,7 @@ class MemoryReader:
         if not ids:
             return {}
         async with self._pool.connection("active_ids") as conn:
-            cur = await conn.execute(
-                """SELECT id, access_count, last_accessed_at FROM memories
-                   WHERE tenant_id = %s AND user_id = %s AND id = ANY(%s) AND status = 'active'""",
-                (tenant_id, user_id, list(ids)),
-            )
-            return {r["id"]: (int(r["access_count"]), r["last_accessed_at"]) for r in await cur.fetchall()}
+            return _access(await _rows(conn, _ACCESS_SQL, {"t": tenant_id, "u": user_id, "ids": list(ids)}))
 
     async def list_memories(
         self,
@@ -191,11 +271,5 @@ class MemoryReader:
     async def open_questions(self, tenant_id: str, user_id: str, limit: int) -> list[MemoryRecord]:
         """The user's questions still open, newest first: recall surfaces those the conversation touches."""
         async with self._pool.connection("open_questions") as conn:
-            cur = await conn.execute(
-                f"""SELECT {_RECORD_COLUMNS} FROM memories
-                    WHERE tenant_id = %s AND user_id = %s AND type = 'question' AND status = 'active'
-                      AND question->>'state' = 'open'
-                    ORDER BY observed_at DESC, id LIMIT %s""",
-                (tenant_id, user_id, limit),
-            )
-            return [record_from_row(r) for r in await cur.fetchall()]
+            rows = await _rows(conn, _OPEN_QUESTIONS_SQL, {"t": tenant_id, "u": user_id, "k": limit})
+            return [record_from_row(r) for r in rows]

@@ -15,6 +15,10 @@ from psycopg.types.json import Jsonb
 from schemas import TurnEvent
 from services.stores.postgres.pool import Conn, PgPool
 
+# A session's working window, by tenant, user and session (recall also sends it in its one round trip).
+WORKING_WINDOW_SQL = """SELECT session_id, window_turns, window_tokens, last_turn_at, closed_at FROM sessions
+    WHERE tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s"""
+
 
 class Archived(StrEnum):
     NEW = "new"
@@ -109,9 +113,5 @@ class WindowStore:
 
     async def working_window(self, tenant_id: str, user_id: str, session_id: str) -> dict[str, Any] | None:
         async with self._pool.connection("working_window") as conn:
-            cur = await conn.execute(
-                """SELECT session_id, window_turns, window_tokens, last_turn_at, closed_at FROM sessions
-                   WHERE tenant_id = %s AND user_id = %s AND session_id = %s""",
-                (tenant_id, user_id, session_id),
-            )
+            cur = await conn.execute(WORKING_WINDOW_SQL, {"t": tenant_id, "u": user_id, "s": session_id})
             return await cur.fetchone()
