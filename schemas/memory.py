@@ -12,6 +12,8 @@ from schemas.events import TurnEvent, partition_key
 from schemas.validation import Identifier
 
 SCHEMA_VERSION: Literal[1] = 1
+# Preceding turns an exchange keeps as its context (backward only: a later turn never changes it).
+CONTEXT_TURNS = 2
 
 # Memory ids are UUIDs (deterministic uuid5 in our stages): Qdrant accepts
 # nothing else as a point id, so a bad one must fail validation, not indexing.
@@ -129,6 +131,10 @@ class MemoryCandidate(_Keyed):
     source: Provenance
     extractor: str
     question: Question | None = None  # set on `question` candidates
+    # Exchanges: the texts of the turns just before this one in its session (any role), oldest first.
+    # Recall matches the turn together with them (services/stores/vector.py: context legs) and still
+    # returns only the turn; a question answered by "yes, in May" is found through what was asked.
+    context: list[str] = Field(default_factory=list, max_length=CONTEXT_TURNS)
 
 
 class EmbeddedCandidate(_Keyed):
@@ -136,6 +142,9 @@ class EmbeddedCandidate(_Keyed):
     candidate: MemoryCandidate
     vector: list[float]
     model: str
+    # The dense vector of the candidate's context window (services.stores.vector.dense_context_text);
+    # None when the candidate has no context.
+    context_vector: list[float] | None = None
 
 
 class MemoryRecord(BaseModel):
@@ -169,6 +178,8 @@ class MemoryRecord(BaseModel):
     # Folded into a pattern: kept, but out of default recall.
     compressed: bool = False
     question: Question | None = None
+    # The candidate's context (MemoryCandidate.context): fixed for the life of the record.
+    context: list[str] = Field(default_factory=list, max_length=CONTEXT_TURNS)
 
 
 class MemoryChange(_Keyed):
@@ -182,6 +193,9 @@ class MemoryChange(_Keyed):
     op: ChangeOp
     record: MemoryRecord
     vector: list[float] | None = None
+    # The dense vector of the record's context window, when the change carries it (a record's context never
+    # changes, so a change without it leaves the index's as it is: agents/qdrant_sink).
+    context_vector: list[float] | None = None
     cause: list[str]
     committed_at: AwareDatetime
     turn_ts: AwareDatetime | None = None

@@ -69,6 +69,8 @@ class Settings(BaseSettings):
     embed_batch_within: float = 0.05
     embed_cache_size: int = 50_000
     embed_threads: int = 2
+    # Recall's query vectors kept by exact text (services/embedding/query_cache.py); ~1.5 KB each with MiniLM.
+    query_cache_size: int = Field(10_000, ge=0)
 
     consolidate_batch_size: int = 256
     consolidate_batch_within: float = 0.05
@@ -78,9 +80,27 @@ class Settings(BaseSettings):
     recall_top_k: int = 10
     recall_token_budget: int = 2_000
     recall_candidates: int = 50
-    # Score fusion of the recall legs (services.stores.fusion): dense and BM25 shares.
+    # --- recall quality (issue 11; README "How recall ranks"). Defaults tuned on the LoCoMo dev set. ---
+    # Hits taken from each index leg (own dense, own BM25, context dense, context BM25) before fusion;
+    # min-max normalisation is over this list, so it is fixed, not tied to top_k (at least the pool is taken).
+    recall_leg_depth: int = 100
+    # Score fusion of the recall legs (services.stores.fusion): dense and BM25 shares of each pair of legs.
     recall_dense_weight: float = 0.4
     recall_sparse_weight: float = 0.6
+    # The context pair's weight against the own pair's (1.0: as much), and the session cue's.
+    recall_context_weight: float = 1.0
+    recall_session_weight: float = 0.4
+    # BM25 document weights (services.stores.vector.Bm25Params); changing them needs `memstream rebuild index`.
+    recall_bm25_k1: float = 1.2
+    recall_bm25_b: float = 0.4
+    recall_bm25_avg_len: float = 15.0
+    recall_bm25_context_factor: float = 3.0
+    # The ranking signals after fusion (services.api.ranking.Weights).
+    recall_weight_similarity: float = 0.40
+    recall_weight_recency: float = 0.25
+    recall_weight_importance: float = 0.20
+    recall_weight_access: float = 0.10
+    recall_weight_entity: float = 0.05
     # MiniLM cosine above which a fact or preference is pinned ahead of the rest.
     profile_min_similarity: float = 0.5
 

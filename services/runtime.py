@@ -47,7 +47,7 @@ class Runtime:
             memories=MemoryWriter(),
             reads=MemoryReader(pool),
             index=open_vector_index(settings),
-            bm25=Bm25Encoder(),
+            bm25=Bm25Encoder.from_settings(settings),
             summaries=SummaryStore(pool),
             llm=LlmClient.from_settings(settings),
         )

@@ -65,7 +65,17 @@ def new_record(item: EmbeddedCandidate, record_id: str, now: datetime) -> Memory
         source=c.source,
         entities=c.entities,
         question=c.question,
+        context=c.context,
     )
+
+
+def context_vector(record: MemoryRecord, item: EmbeddedCandidate) -> list[float] | None:
+    """The candidate's context vector when it is the record's (the record is this candidate's words in this
+    context), else None: the store and the index keep the record's own (MemoryWriter.upsert, the qdrant sink)."""
+    c = item.candidate
+    if item.context_vector is None or not record.context or (record.context, record.text) != (c.context, c.text):
+        return None
+    return item.context_vector
 
 
 def reinforced(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> MemoryRecord:
@@ -182,6 +192,7 @@ def _change(
         op=op,
         record=record,
         vector=(item.vector if vector is None else vector) if active else None,
+        context_vector=context_vector(record, item) if active else None,
         cause=item.candidate.source.event_ids,
         committed_at=now,
         turn_ts=item.candidate.observed_at,
@@ -258,8 +269,12 @@ async def _merge(
     reason = f"similarity {decision.similarity:.3f}"
     winner_vector = item.vector if decision.candidate_wins else near.vector
     # The loser leaves the active indexes (a keyed fact's unique one too) before the winner is written.
-    await pg.upsert(conn, loser, item.vector if not decision.candidate_wins else None)
-    await pg.upsert(conn, winner, item.vector if decision.candidate_wins else None)
+    if decision.candidate_wins:
+        await pg.upsert(conn, loser, None)
+        await pg.upsert(conn, winner, item.vector, context_vector(winner, item))
+    else:
+        await pg.upsert(conn, loser, item.vector, context_vector(loser, item))
+        await pg.upsert(conn, winner, None)
     ctx.view.wrote(loser, None)
     ctx.view.wrote(winner, winner_vector)
     if decision.candidate_wins:
@@ -347,7 +362,7 @@ async def apply_candidate(
         return decision, await _merge(pg, conn, item, decision, near, ctx, now)
     if decision.action is Action.ADD:
         record = new_record(item, decision.record_id, now)
-        await pg.upsert(conn, record, item.vector)
+        await pg.upsert(conn, record, item.vector, context_vector(record, item))
         if ctx is not None:
             ctx.added(item, record)
         return decision, [_change(record, ChangeOp.ADDED, item, now)]
@@ -364,7 +379,7 @@ async def apply_candidate(
         )
         # The old row leaves the unique active-fact index before the new one enters it.
         await pg.upsert(conn, old, None)
-        await pg.upsert(conn, record, item.vector)
+        await pg.upsert(conn, record, item.vector, context_vector(record, item))
         if ctx is not None:
             ctx.view.wrote(old, None)
             ctx.added(item, record)

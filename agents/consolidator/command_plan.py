@@ -94,7 +94,10 @@ def corrected(old: MemoryRecord, cmd: CorrectMemory, now: datetime) -> tuple[Mem
 
     The new version keeps what the memory was (type, key, provenance,
     importance, access) and is observed at the correction; its provenance
-    says who corrected it, so history shows both texts and why.
+    says who corrected it, so history shows both texts and why. It has no
+    context (MemoryRecord.context): the corrected words are the user's, not
+    what was said after the turns before the original, and recall finds
+    them through their own text.
     """
     source = old.source.model_copy(
         update={
@@ -116,6 +119,7 @@ def corrected(old: MemoryRecord, cmd: CorrectMemory, now: datetime) -> tuple[Mem
             "source": source,
             "entities": list(dict.fromkeys([*old.entities, *entities_in(cmd.text)])),
             "version": 1,
+            "context": [],
         }
     )
     return retire(old, MemoryStatus.SUPERSEDED, cmd.at, now, by=new.id), new

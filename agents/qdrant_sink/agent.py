@@ -11,13 +11,20 @@ user was forgotten) or that does not open is skipped and counted in
 `memstream_changes_skipped_total{stage, reason}`, not dead-lettered: it is
 no bad input, it is what forgetting is for. A value that is no message of
 the topic at all goes to the DLQ as a schema violation, as before.
+
+An exchange's point carries its context legs (services.stores.vector): the
+BM25 one is encoded here from the record's context, the dense one comes
+with the change. Only the change that wrote the record carries it (the
+consolidator's add); a later change of the same record (reinforced, decayed
+by maintenance, imported) does not, and the record's context never changes,
+so the point keeps the dense context vector the index already holds for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 import faust
 
@@ -30,7 +37,7 @@ from services import metrics
 from services.archive.changes import FORGOTTEN, UNREADABLE, open_messages
 from services.faults import crash_point
 from services.runtime import Runtime
-from services.stores.vector import IndexedMemory, IndexPayload, Sparse
+from services.stores.vector import Bm25Encoder, IndexedMemory, IndexPayload
 
 STAGE = "qdrant_sink"
 
@@ -56,13 +63,37 @@ def payload(record: MemoryRecord) -> IndexPayload:
         # later of observation and last access; compressed episodes are opt-in.
         "last_accessed_at": None if record.last_accessed_at is None else record.last_accessed_at.isoformat(),
         "compressed": record.compressed,
+        # In the context legs (fusion scores a memory without them on its own text for both).
+        "has_context": bool(record.context),
     }
 
 
-def plan(changes: list[MemoryChange], sparse: Any) -> tuple[list[IndexedMemory], list[str]]:
-    """Collapse a batch into upserts and deletes, last change per record winning."""
+def indexed(
+    record: MemoryRecord, vector: list[float], context_vector: list[float] | None, bm25: Bm25Encoder
+) -> IndexedMemory:
+    """The point of an active record: own vectors, and context ones for a record with context."""
+    return IndexedMemory(
+        record.id,
+        vector,
+        bm25.document(record.text),
+        payload(record),
+        dense_ctx=context_vector if record.context else None,
+        sparse_ctx=bm25.context_document(record.context, record.text),
+    )
+
+
+def plan(changes: list[MemoryChange], bm25: Bm25Encoder) -> tuple[list[IndexedMemory], list[str]]:
+    """Collapse a batch into upserts and deletes, last change per record winning.
+
+    A record's dense context vector is the last one a change of the batch
+    carried (see the module doc); a point still without one is completed by
+    `with_stored_context`.
+    """
     latest: dict[str, MemoryChange] = {}
+    context_vectors: dict[str, list[float]] = {}
     for change in changes:
+        if change.context_vector is not None:
+            context_vectors[change.record.id] = change.context_vector
         if change.reason != ACCESS_REASON:
             latest[change.record.id] = change
     upserts: list[IndexedMemory] = []
@@ -70,11 +101,19 @@ def plan(changes: list[MemoryChange], sparse: Any) -> tuple[list[IndexedMemory],
     for record_id, change in latest.items():
         record = change.record
         if record.status is MemoryStatus.ACTIVE and change.vector is not None:
-            vec: Sparse = sparse(record.text)
-            upserts.append(IndexedMemory(record_id, change.vector, vec, payload(record)))
+            upserts.append(indexed(record, change.vector, context_vectors.get(record_id), bm25))
         else:
             deletes.append(record_id)
     return upserts, deletes
+
+
+def lacking_context(points: Sequence[IndexedMemory]) -> list[str]:
+    """Points in the BM25 context leg but without a dense context vector: the index may hold it."""
+    return [p.id for p in points if p.sparse_ctx is not None and p.dense_ctx is None]
+
+
+def with_stored_context(points: list[IndexedMemory], stored: dict[str, list[float]]) -> list[IndexedMemory]:
+    return [replace(p, dense_ctx=stored[p.id]) if p.dense_ctx is None and p.id in stored else p for p in points]
 
 
 async def apply_changes(rt: Runtime, changes: Sequence[MemoryChange | UserForgotten]) -> None:
@@ -92,7 +131,9 @@ async def apply_changes(rt: Runtime, changes: Sequence[MemoryChange | UserForgot
 
 
 async def _apply_run(rt: Runtime, changes: list[MemoryChange]) -> None:
-    upserts, deletes = plan(changes, rt.bm25.document)
+    upserts, deletes = plan(changes, rt.bm25)
+    if lacking := lacking_context(upserts):
+        upserts = with_stored_context(upserts, await rt.index.context_vectors(lacking))
     await rt.index.upsert(upserts)
     await rt.index.delete(deletes)
     now = datetime.now(UTC)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agents.rules.extract import Extraction, entities, extract
 from schemas import MemoryCandidate, MemoryType, Provenance, Role, TurnEvent
 from services.textutil import normalize, stable_id
 
 EXTRACTOR = "rules/v1"
 EXCHANGE_IMPORTANCE = 0.3
+# Characters an exchange keeps of each context turn, the end of it (what led to this turn is said last).
+# The dense model reads ~1,000 characters; this bounds what every change of the record carries.
+CONTEXT_MAX_CHARS = 2_000
 
 
 def _candidate_id(turn: TurnEvent, found: Extraction) -> str:
@@ -21,8 +26,18 @@ def _provenance(turn: TurnEvent) -> Provenance:
     return Provenance(session_id=turn.session_id, event_ids=[turn.event_id], metadata=[turn.metadata])
 
 
-def candidates_for_turn(turn: TurnEvent) -> list[MemoryCandidate]:
-    """Rule hits plus the raw turn as an exchange memory; user turns only."""
+def context_of(before: Sequence[TurnEvent]) -> list[str]:
+    """An exchange's context: the texts of the turns before it (oldest first), each capped, blanks left out."""
+    texts = (t.content.strip() for t in before)
+    return [text[-CONTEXT_MAX_CHARS:] for text in texts if text]
+
+
+def candidates_for_turn(turn: TurnEvent, before: Sequence[TurnEvent] = ()) -> list[MemoryCandidate]:
+    """Rule hits plus the raw turn as an exchange memory; user turns only.
+
+    `before`: the session's turns just before this one (agents.window.logic.preceding),
+    the exchange's context; rule hits stand on their own words and get none.
+    """
     if turn.role is not Role.USER or not turn.content.strip():
         return []
     source = _provenance(turn)
@@ -53,6 +68,7 @@ def candidates_for_turn(turn: TurnEvent) -> list[MemoryCandidate]:
             confidence=1.0,
             entities=names,
             extractor="exchange/v1",
+            context=context_of(before),
             **common,
         )
     )

@@ -27,7 +27,7 @@ from agents.outbox import publish
 from agents.stage import HANDLING_REASONS, deliver, span
 from agents.topics import Topics
 from agents.window.archived import UNREADABLE, count_forgotten, open_archived, parse_archived
-from agents.window.logic import WindowLimits, append_turn, window_tokens
+from agents.window.logic import WindowLimits, append_turn, preceding, window_tokens
 from agents.window.outgoing import archive_messages, candidate_messages, evicted_messages, scope_of
 from schemas import SessionEvent, TurnEvent
 from services import metrics
@@ -90,7 +90,7 @@ async def handle_turn(
     await rt.windows.save_window(
         conn, turn.tenant_id, turn.user_id, turn.session_id, update.window, window_tokens(update.window)
     )
-    messages = candidate_messages(turn) + evicted_messages(
+    messages = candidate_messages(turn, preceding(state.turns, turn)) + evicted_messages(
         turn, update.evicted, reason="trimmed", max_bytes=rt.settings.max_message_bytes
     )
     await rt.outbox.add(conn, messages)

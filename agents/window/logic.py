@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas import TurnEvent, codec
+from schemas.memory import CONTEXT_TURNS
 from services.textutil import count_tokens
 
 
@@ -37,6 +38,20 @@ def append_turn(window: list[TurnEvent], turn: TurnEvent, limits: WindowLimits) 
         return WindowUpdate(window=window, evicted=[], duplicate=True)
     turns = sorted([*window, turn], key=lambda t: (t.turn_index, t.ts))
     return trim(turns, limits)
+
+
+def preceding(window: list[TurnEvent], turn: TurnEvent, n: int = CONTEXT_TURNS) -> list[TurnEvent]:
+    """The last `n` turns of the window (before `turn` is added) that come before it, oldest first.
+
+    The window keeps at least the last few turns (keep_last), so the turns
+    just before a new one are there unless the session was closed (then its
+    window is empty and the turn starts without context). A replay rebuilds
+    the same windows, so the same turn gets the same context.
+    """
+    order = (turn.turn_index, turn.ts)
+    earlier = [t for t in window if (t.turn_index, t.ts) < order and t.event_id != turn.event_id]
+    earlier.sort(key=lambda t: (t.turn_index, t.ts))
+    return earlier[-n:] if n > 0 else []
 
 
 def trim(turns: list[TurnEvent], limits: WindowLimits) -> WindowUpdate:

@@ -49,8 +49,8 @@ def evicted_messages(
     return out
 
 
-def candidate_messages(turn: TurnEvent) -> list[OutboxMessage]:
-    """The rule stage's candidates for an accepted turn."""
+def candidate_messages(turn: TurnEvent, before: Sequence[TurnEvent] = ()) -> list[OutboxMessage]:
+    """The rule stage's candidates for an accepted turn; `before`: its context turns."""
     return [
         OutboxMessage(
             id=stable_id("outbox", turn.tenant_id, turn.user_id, turn.event_id, "candidate", str(i)),
@@ -59,7 +59,7 @@ def candidate_messages(turn: TurnEvent) -> list[OutboxMessage]:
             key=candidate.key,
             value=codec.dumps(candidate),
         )
-        for i, candidate in enumerate(candidates_for_turn(turn))
+        for i, candidate in enumerate(candidates_for_turn(turn, before))
     ]
 
 

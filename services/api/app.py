@@ -78,7 +78,7 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     )
     app.add_middleware(BodyLimit, max_bytes=settings.http_max_body_bytes)
     app.add_middleware(RequestContext)
-    weights = Weights()
+    weights = Weights.from_settings(settings)
     app.include_router(ingest_router(settings))
     app.include_router(memory_router(rt))
 

@@ -6,10 +6,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schemas.memory import LAYER_OF_TYPE, MemoryLayer, MemoryType
 from services.textutil import count_tokens
+
+if TYPE_CHECKING:
+    from services.config import Settings
 
 HALF_LIFE_DAYS = 180.0
 # The access signal reaches 1.0 here: beyond this many recalls a memory is
@@ -33,6 +36,16 @@ class Weights:
     importance: float = 0.20
     access: float = 0.10
     entity: float = 0.05
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Weights:
+        return cls(
+            similarity=settings.recall_weight_similarity,
+            recency=settings.recall_weight_recency,
+            importance=settings.recall_weight_importance,
+            access=settings.recall_weight_access,
+            entity=settings.recall_weight_entity,
+        )
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from services.api.models import RecalledMemory, RecallRequest, RecallResponse, S
 from services.api.ranking import Candidate, Weights, pack, pack_sections, prompt_block, prompt_sections, rank
 from services.config import Settings
 from services.runtime import Runtime
-from services.stores.fusion import FusionWeights, fuse
+from services.stores.fusion import FusionWeights, RecallFusion, fuse
 from services.stores.vector import Hit, Scope
 
 SURFACED = "open_question"
@@ -60,8 +60,13 @@ def _instant(value: object) -> datetime | None:
     return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
-def fusion_weights(s: Settings) -> FusionWeights:
-    return FusionWeights(dense=s.recall_dense_weight, sparse=s.recall_sparse_weight)
+def fusion_weights(s: Settings) -> RecallFusion:
+    """The recall fusion's weights from the settings (services.stores.fusion)."""
+    return RecallFusion(
+        legs=FusionWeights(dense=s.recall_dense_weight, sparse=s.recall_sparse_weight),
+        context=s.recall_context_weight,
+        session=s.recall_session_weight,
+    )
 
 
 def _wanted(compressed: bool, req: RecallRequest) -> bool:
@@ -107,7 +112,9 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     scope = Scope(req.tenant_id, req.user_id, types)
     pool = max(req.top_k * 3, rt.settings.recall_candidates)
     hits, scored = await asyncio.gather(
-        rt.index.search(scope, dense, rt.bm25.query(req.query), pool, fusion_weights(rt.settings)),
+        rt.index.search(
+            scope, dense, rt.bm25.query(req.query), pool, fusion_weights(rt.settings), rt.settings.recall_leg_depth
+        ),
         rt.reads.active_profile(
             req.tenant_id, req.user_id, dense, rt.settings.profile_min_similarity, limit=max(3, req.top_k // 3)
         ),
@@ -179,7 +186,7 @@ async def _recall_as_of(
     fused = fuse(
         [Hit(m.record.id, m.similarity, {}) for m in found if m.dense and m.similarity is not None],
         [Hit(m.record.id, m.text_rank, {}) for m in found if m.text_rank is not None],
-        fusion_weights(rt.settings),
+        fusion_weights(rt.settings).legs,
         pool,
     )
     best = max((h.score for h in fused), default=0.0)

@@ -1,8 +1,12 @@
 """The recall index from Postgres: every active memory with its stored embedding, as the sink indexes it.
 
-A point is what the qdrant sink would write for the record's latest change:
-the stored embedding as the dense vector, BM25 recomputed from the text with
-the same encoder, and the sink's own payload (agents.qdrant_sink.agent.payload).
+A point is what the qdrant sink would write for the record's latest change
+(agents.qdrant_sink.agent.indexed): the stored embedding as the dense vector,
+the stored context embedding as the dense context vector (exchanges), BM25
+recomputed from the text and the context with the same encoder (the
+settings' k1, b and average lengths), and the sink's own payload. It is also
+how an index made before the context vectors existed is brought up to date
+(the service refuses to open one: services.stores.vector.OUTDATED_INDEX).
 Rows are read in id order, a page at a time, across every tenant and user:
 this operator scan is the one memory query not scoped to one user.
 
@@ -35,14 +39,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.qdrant_sink.agent import payload
+from agents.qdrant_sink.agent import indexed
 from schemas import MemoryRecord
 from services.config import Settings
 from services.rebuild.progress import Progress
 from services.stores import model_suffix
 from services.stores.postgres import PgPool
 from services.stores.postgres.records import RECORD_COLUMNS, record_from_row, vector_floats
-from services.stores.vector import Bm25Encoder, IndexedMemory, VectorIndex
+from services.stores.vector import Bm25Encoder, VectorIndex
 
 if TYPE_CHECKING:
     from qdrant_client import AsyncQdrantClient
@@ -77,10 +81,6 @@ class IndexTally:
         return dict(self.__dict__)
 
 
-def indexed(record: MemoryRecord, vector: list[float], bm25: Bm25Encoder) -> IndexedMemory:
-    return IndexedMemory(record.id, vector, bm25.document(record.text), payload(record))
-
-
 _INDEXABLE = "status = 'active' AND embedding IS NOT NULL AND vector_dims(embedding) = %(dim)s"
 
 
@@ -97,15 +97,21 @@ async def count_indexable(pool: PgPool, dim: int) -> tuple[int, int]:
     return (int(row["ok"]), int(row["other"])) if row else (0, 0)
 
 
+Row = tuple[MemoryRecord, list[float], list[float] | None]
+
+
 async def indexable_rows(
     pool: PgPool, dim: int, *, since: datetime | None = None, page: int = PAGE
-) -> AsyncGenerator[list[tuple[MemoryRecord, list[float]]], None]:
-    """Pages of active rows with an embedding of `dim` dimensions, in id order (updated at or after `since`)."""
+) -> AsyncGenerator[list[Row], None]:
+    """Pages of active rows with an embedding of `dim` dimensions, in id order (updated at or after `since`),
+    each with its context embedding (None: none, or not of `dim` dimensions)."""
     after = ""
     while True:
         async with pool.connection("rebuild_scan") as conn:
             cur = await conn.execute(
-                f"""SELECT {RECORD_COLUMNS}, embedding FROM memories
+                f"""SELECT {RECORD_COLUMNS}, embedding,
+                           CASE WHEN vector_dims(context_embedding) = %(dim)s THEN context_embedding END AS ctx
+                    FROM memories
                     WHERE {_INDEXABLE} AND id > %(after)s AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s)
                     ORDER BY id LIMIT %(page)s""",
                 {"dim": dim, "after": after, "since": since, "page": page},
@@ -113,15 +119,24 @@ async def indexable_rows(
             rows = await cur.fetchall()
         if not rows:
             return
-        yield [(record_from_row(r), vector_floats(r["embedding"]) or []) for r in rows]
+        yield [(record_from_row(r), vector_floats(r["embedding"]) or [], vector_floats(r["ctx"])) for r in rows]
         after = rows[-1]["id"]
 
 
 async def fill(
-    index: VectorIndex, pool: PgPool, dim: int, progress: Progress | None, *, since: datetime | None = None
+    index: VectorIndex,
+    pool: PgPool,
+    dim: int,
+    progress: Progress | None,
+    *,
+    since: datetime | None = None,
+    bm25: Bm25Encoder | None = None,
 ) -> int:
-    """Write every indexable row (updated since `since`) into `index`; points written."""
-    bm25 = Bm25Encoder()
+    """Write every indexable row (updated since `since`) into `index`; points written.
+
+    `bm25`: the service's encoder (Bm25Encoder.from_settings); None: the default parameters.
+    """
+    bm25 = bm25 or Bm25Encoder()
     written = 0
     pages = indexable_rows(pool, dim, since=since)
     # The next page is read from Postgres while this one is encoded and written to the index.
@@ -129,7 +144,7 @@ async def fill(
     try:
         while (rows := await ahead) is not None:
             ahead = asyncio.ensure_future(anext(pages, None))
-            await index.upsert([indexed(record, vector, bm25) for record, vector in rows])
+            await index.upsert([indexed(record, vector, context, bm25) for record, vector, context in rows])
             written += len(rows)
             if progress is not None:
                 progress.advance(len(rows))
@@ -155,7 +170,7 @@ async def rebuild_edge(settings: Settings, pool: PgPool, progress: Progress) -> 
     index = EdgeIndex(staging)
     await index.ensure(dim)
     try:
-        written = await fill(index, pool, dim, progress)
+        written = await fill(index, pool, dim, progress, bm25=Bm25Encoder.from_settings(settings))
         await index.optimize()
     finally:
         await index.close()
@@ -200,12 +215,13 @@ async def rebuild_server(
         target._client = client
     await target.ensure(dim)
     tally = IndexTally(skipped=other)
+    bm25 = Bm25Encoder.from_settings(settings)
     try:
-        tally.memories = await fill(target, pool, dim, progress)
-        tally.caught_up = await fill(target, pool, dim, None, since=began - CATCH_UP_MARGIN)
+        tally.memories = await fill(target, pool, dim, progress, bm25=bm25)
+        tally.caught_up = await fill(target, pool, dim, None, since=began - CATCH_UP_MARGIN, bm25=bm25)
         previous = await _switch_alias(client, name, fresh, models)
         # Whatever the sink wrote to the old collection between the catch-up and the switch.
-        tally.caught_up += await fill(target, pool, dim, None, since=began - CATCH_UP_MARGIN)
+        tally.caught_up += await fill(target, pool, dim, None, since=began - CATCH_UP_MARGIN, bm25=bm25)
         tally.removed = await reconcile(target, client, fresh, pool)
         if previous is not None:
             await client.delete_collection(previous)

@@ -112,7 +112,7 @@ async def apply_changes(writer: MemoryWriter, conn: Conn, changes: Sequence[Chan
             tally.older += 1
             continue
         try:
-            await writer.upsert(conn, record, change.vector)
+            await writer.upsert(conn, record, change.vector, change.context_vector)
         except StoreRejected as exc:
             # Raised after a statement that changed nothing: the transaction is intact.
             log.warning("change of %s v%d not applied: %s", record.id, record.version, exc)

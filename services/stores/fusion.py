@@ -1,4 +1,4 @@
-"""Score fusion of the recall legs: min-max normalised dense and BM25 scores, weighted and summed.
+"""Score fusion of the recall legs: min-max normalised scores, weighted and summed.
 
 Reciprocal-rank fusion keeps only ranks, so its scores are nearly flat (rank
 1 and rank 10 differ by 13 %): any other ranking signal, such as a memory
@@ -6,23 +6,54 @@ recalled a hundred times, then outweighs an exact match. Normalised scores
 keep the margin: a memory that is by far the best match on both legs stays
 far ahead. Each leg is normalised over its own top list (best = 1, worst of
 the list = 0); a memory missing from a leg gets 0 there.
+
+Recall has four legs and a session cue (services.stores.vector):
+
+    own     = wd·n(dense)     + ws·n(bm25)         the memory's own text
+    context = wd·n(dense_ctx) + ws·n(bm25_ctx)     an exchange with the turns before it
+    total   = own + w_ctx·context + w_session·session
+
+The context legs find the turn that answers a question whose words were in
+the turn before it ("did you go?" – "yes, last May"); the memory returned is
+still the turn alone. A memory that has no context legs (an episode, a fact,
+an exchange that opened its session) is scored on its own text for both, so
+types without context are not pushed down by the legs they cannot be in.
+`session` is the best own score of an episode (our session-level memory) of
+the hit's session among the hits: a turn of the session the query is about
+gains, an episode itself does not gain from itself. With w_ctx = w_session = 0
+this is the two-leg fusion of the own text alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from services.stores.vector import Hit
+from services.stores.vector import Hit, Legs
+
+EPISODE = "episode"
 
 
 @dataclass(frozen=True)
 class FusionWeights:
+    """Shares of the dense and the BM25 leg, for the own and the context pair alike."""
+
     dense: float = 0.4
     sparse: float = 0.6
 
 
-DEFAULT_FUSION = FusionWeights()
+@dataclass(frozen=True)
+class RecallFusion:
+    """Every weight of the recall fusion (settings recall_*; the defaults are the tuned ones)."""
+
+    legs: FusionWeights = field(default_factory=FusionWeights)
+    context: float = 1.0
+    session: float = 0.4
+
+
+DEFAULT_FUSION = RecallFusion()
+OWN_ONLY = RecallFusion(context=0.0, session=0.0)
 
 
 def normalised(hits: Sequence[Hit]) -> dict[str, float]:
@@ -35,10 +66,58 @@ def normalised(hits: Sequence[Hit]) -> dict[str, float]:
     return {h.id: 1.0 if span <= 0 else (h.score - low) / span for h in hits}
 
 
-def fuse(dense: Sequence[Hit], sparse: Sequence[Hit], weights: FusionWeights, limit: int) -> list[Hit]:
-    """The legs' hits as one list, best fused score first (ties by id, so the order is stable)."""
+def weighted(dense: Sequence[Hit], sparse: Sequence[Hit], weights: FusionWeights) -> dict[str, float]:
+    """One pair of legs fused: every id of either leg, wd·n(dense) + ws·n(sparse)."""
     nd, ns = normalised(dense), normalised(sparse)
-    payloads = {h.id: h.payload for h in (*sparse, *dense)}
-    fused = [Hit(i, weights.dense * nd.get(i, 0.0) + weights.sparse * ns.get(i, 0.0), p) for i, p in payloads.items()]
+    return {i: weights.dense * nd.get(i, 0.0) + weights.sparse * ns.get(i, 0.0) for i in {*nd, *ns}}
+
+
+def _ordered(scores: Mapping[str, float], payloads: Mapping[str, dict[str, Any]], limit: int) -> list[Hit]:
+    """Best score first, ties by id (a stable order), the first `limit`."""
+    fused = [Hit(i, s, payloads[i]) for i, s in scores.items()]
     fused.sort(key=lambda h: (-h.score, h.id))
     return fused[:limit]
+
+
+def fuse(dense: Sequence[Hit], sparse: Sequence[Hit], weights: FusionWeights, limit: int) -> list[Hit]:
+    """Two legs as one list, best fused score first (ties by id, so the order is stable)."""
+    payloads = {h.id: h.payload for h in (*sparse, *dense)}
+    return _ordered(weighted(dense, sparse, weights), payloads, limit)
+
+
+def session_of(payload: Mapping[str, Any]) -> str | None:
+    source = payload.get("source")
+    session = source.get("session_id") if isinstance(source, Mapping) else None
+    return session if isinstance(session, str) else None
+
+
+def has_context(payload: Mapping[str, Any]) -> bool:
+    """Whether the point is in the context legs at all (the sink's payload says so)."""
+    return bool(payload.get("has_context", False))
+
+
+def fused_scores(legs: Legs, f: RecallFusion, payloads: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """The total of every id any leg returned (see the module doc)."""
+    own = weighted(legs.dense, legs.sparse, f.legs)
+    ctx = weighted(legs.dense_ctx, legs.sparse_ctx, f.legs)
+    sessions: dict[str, float] = {}
+    if f.session:
+        for i, score in own.items():
+            payload = payloads[i]
+            if payload.get("type") == EPISODE and (sid := session_of(payload)) is not None:
+                sessions[sid] = max(sessions.get(sid, 0.0), score)
+    totals: dict[str, float] = {}
+    for i in {*own, *ctx}:
+        payload = payloads[i]
+        mine = own.get(i, 0.0)
+        total = mine + f.context * ctx.get(i, 0.0 if has_context(payload) else mine)
+        if sessions and payload.get("type") != EPISODE and (sid := session_of(payload)) is not None:
+            total += f.session * sessions.get(sid, 0.0)
+        totals[i] = total
+    return totals
+
+
+def fuse_legs(legs: Legs, f: RecallFusion, limit: int) -> list[Hit]:
+    """The four legs and the session cue as one list, best total first (ties by id)."""
+    payloads = {h.id: h.payload for leg in (legs.sparse_ctx, legs.dense_ctx, legs.sparse, legs.dense) for h in leg}
+    return _ordered(fused_scores(legs, f, payloads), payloads, limit)

@@ -12,6 +12,7 @@ of a batch.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,9 +21,25 @@ from uuid import UUID
 
 import qdrant_edge as qe
 
-from services.stores.fusion import DEFAULT_FUSION, FusionWeights, fuse
+from services.errors import StackError
+from services.stores.fusion import DEFAULT_FUSION, RecallFusion, fuse_legs
 from services.stores.qdrant_errors import qdrant_call
-from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse, require_scope, versions_in_scope
+from services.stores.vector import (
+    DENSE,
+    DENSE_CTX,
+    OUTDATED_INDEX,
+    SPARSE,
+    SPARSE_CTX,
+    Hit,
+    IndexedMemory,
+    Legs,
+    Scope,
+    Sparse,
+    as_legs,
+    leg_queries,
+    require_scope,
+    versions_in_scope,
+)
 
 _KEYWORD_FIELDS = ("tenant_id", "user_id", "type", "status")
 R = TypeVar("R")
@@ -49,6 +66,21 @@ def _scope_filter(scope: Scope) -> qe.Filter:
     return qe.Filter(must=must)
 
 
+def _made_before_context(path: Path) -> bool:
+    """An existing shard whose stored config has no context vectors."""
+    stored = path / "edge_config.json"
+    return stored.exists() and DENSE_CTX not in json.loads(stored.read_text()).get("vectors", {})
+
+
+def _query(q: list[float] | Sparse) -> Any:
+    return qe.SparseVector(q.indices, q.values) if isinstance(q, Sparse) else q
+
+
+def _vectors(p: IndexedMemory) -> dict[str, Any]:
+    """The point's named vectors in the engine's types; those it lacks are left out (not in that leg)."""
+    return {name: _query(vec) for name, vec in p.named_vectors().items()}
+
+
 class EdgeIndex:
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -66,9 +98,19 @@ class EdgeIndex:
             return await asyncio.get_running_loop().run_in_executor(self._owner, call)
 
     async def ensure(self, dimension: int) -> None:
+        """Open the shard, or create it with every vector of services.stores.vector.
+
+        A shard made before the context vectors existed cannot take them (the
+        engine refuses a config with vectors its segments lack): it is refused
+        here with what to do (OUTDATED_INDEX) instead of the engine's error.
+        """
+        dense = qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)
         config = qe.EdgeConfig(
-            vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
-            sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            vectors={DENSE: dense, DENSE_CTX: dense},
+            sparse_vectors={
+                SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf),
+                SPARSE_CTX: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf),
+            },
         )
 
         def open_or_create() -> qe.EdgeShard:
@@ -80,17 +122,14 @@ class EdgeIndex:
                 shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
             return shard
 
+        if _made_before_context(self._path):
+            raise StackError(OUTDATED_INDEX.format(where=self._path))
         self._shard = await self._on_owner("open", open_or_create)
 
     async def upsert(self, points: Sequence[IndexedMemory]) -> None:
         if not points:
             return
-        edge_points = [
-            qe.Point(
-                p.id, {DENSE: p.dense, SPARSE: qe.SparseVector(p.sparse.indices, p.sparse.values)}, dict(p.payload)
-            )
-            for p in points
-        ]
+        edge_points = [qe.Point(p.id, _vectors(p), dict(p.payload)) for p in points]
         shard = self.shard
         await self._on_owner("upsert", lambda: shard.update(qe.UpdateOperation.upsert_points(edge_points)))
 
@@ -116,25 +155,43 @@ class EdgeIndex:
         records = await self._on_owner("versions", lambda: shard.retrieve(wanted, True, False))
         return versions_in_scope(((str(r.id), r.payload) for r in records), tenant_id, user_id)
 
-    async def search(
-        self, scope: Scope, dense: list[float], sparse: Sparse, limit: int, weights: FusionWeights = DEFAULT_FUSION
-    ) -> list[Hit]:
-        """Both legs on the owner thread, fused here (services.stores.fusion)."""
+    async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs:
+        """Every leg in one call on the owner thread (one queue slot, one hop off the event loop)."""
         flt = _scope_filter(scope)
+        queries = leg_queries(dense, sparse)
         requests = [
-            qe.QueryRequest(limit=limit, query=qe.Query.Nearest(dense, using=DENSE), filter=flt, with_payload=True)
+            qe.QueryRequest(limit=limit, query=qe.Query.Nearest(_query(q), using=name), filter=flt, with_payload=True)
+            for name, q in queries
         ]
-        if sparse.indices:
-            sparse_vec = qe.SparseVector(sparse.indices, sparse.values)
-            requests.append(
-                qe.QueryRequest(
-                    limit=limit, query=qe.Query.Nearest(sparse_vec, using=SPARSE), filter=flt, with_payload=True
-                )
-            )
         shard = self.shard
-        legs = await self._on_owner("search", lambda: [shard.query(r) for r in requests])
-        hits = [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points] for points in legs]
-        return fuse(hits[0], hits[1] if len(hits) > 1 else [], weights, limit)
+        found = await self._on_owner("search", lambda: [shard.query(r) for r in requests])
+        hits = [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points] for points in found]
+        return as_legs([name for name, _ in queries], hits)
+
+    async def search(
+        self,
+        scope: Scope,
+        dense: list[float],
+        sparse: Sparse,
+        limit: int,
+        weights: RecallFusion = DEFAULT_FUSION,
+        depth: int = 0,
+    ) -> list[Hit]:
+        """The legs (each `depth` deep, at least `limit`) fused here (services.stores.fusion)."""
+        return fuse_legs(await self.legs(scope, dense, sparse, max(limit, depth)), weights, limit)
+
+    async def context_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
+        if not ids:
+            return {}
+        shard = self.shard
+        wanted: list[int | UUID | str] = list(ids)
+        records = await self._on_owner("context_vectors", lambda: shard.retrieve(wanted, False, [DENSE_CTX]))
+        out: dict[str, list[float]] = {}
+        for r in records:
+            vectors = r.vector
+            if isinstance(vectors, dict) and isinstance(vec := vectors.get(DENSE_CTX), list):
+                out[str(r.id)] = [float(x) for x in vec if isinstance(x, float | int)]
+        return out
 
     async def count(self) -> int:
         shard = self.shard

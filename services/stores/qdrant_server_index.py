@@ -10,9 +10,25 @@ from collections.abc import Sequence
 
 from qdrant_client import AsyncQdrantClient, models
 
-from services.stores.fusion import DEFAULT_FUSION, FusionWeights, fuse
+from services.errors import StackError
+from services.stores.fusion import DEFAULT_FUSION, RecallFusion, fuse_legs
 from services.stores.qdrant_errors import qdrant_call
-from services.stores.vector import DENSE, SPARSE, Hit, IndexedMemory, Scope, Sparse, require_scope, versions_in_scope
+from services.stores.vector import (
+    DENSE,
+    DENSE_CTX,
+    OUTDATED_INDEX,
+    SPARSE,
+    SPARSE_CTX,
+    Hit,
+    IndexedMemory,
+    Legs,
+    Scope,
+    Sparse,
+    as_legs,
+    leg_queries,
+    require_scope,
+    versions_in_scope,
+)
 
 
 def _user_filter(tenant_id: str, user_id: str) -> models.Filter:
@@ -36,18 +52,38 @@ def _scope_filter(scope: Scope) -> models.Filter:
     return models.Filter(must=must)
 
 
+def _query(q: list[float] | Sparse) -> list[float] | models.SparseVector:
+    return models.SparseVector(indices=q.indices, values=q.values) if isinstance(q, Sparse) else q
+
+
+def _vectors(p: IndexedMemory) -> dict[str, list[float] | models.SparseVector]:
+    """The point's named vectors in the client's types; those it lacks are left out (not in that leg)."""
+    return {name: _query(vec) for name, vec in p.named_vectors().items()}
+
+
 class ServerIndex:
     def __init__(self, url: str, collection: str) -> None:
         self._client = AsyncQdrantClient(location=":memory:") if url == ":memory:" else AsyncQdrantClient(url=url)
         self._collection = collection
 
     async def ensure(self, dimension: int) -> None:
+        """Create the collection with every vector of services.stores.vector, or check the one there has them.
+
+        A collection made before the context vectors existed cannot get them
+        (Qdrant adds no named vectors to a collection): refused with what to do.
+        """
         if await self._client.collection_exists(self._collection):
+            info = await self._client.get_collection(self._collection)
+            dense = info.config.params.vectors
+            if not isinstance(dense, dict) or DENSE_CTX not in dense:
+                raise StackError(OUTDATED_INDEX.format(where=f"collection {self._collection!r}"))
             return
+        dense_params = models.VectorParams(size=dimension, distance=models.Distance.COSINE)
+        sparse_params = models.SparseVectorParams(modifier=models.Modifier.IDF)
         await self._client.create_collection(
             self._collection,
-            vectors_config={DENSE: models.VectorParams(size=dimension, distance=models.Distance.COSINE)},
-            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+            vectors_config={DENSE: dense_params, DENSE_CTX: dense_params},
+            sparse_vectors_config={SPARSE: sparse_params, SPARSE_CTX: sparse_params},
         )
         for name in ("tenant_id", "user_id", "type", "status"):
             await self._client.create_payload_index(self._collection, name, models.PayloadSchemaType.KEYWORD)
@@ -58,17 +94,7 @@ class ServerIndex:
         async with qdrant_call("upsert"):
             await self._client.upsert(
                 self._collection,
-                points=[
-                    models.PointStruct(
-                        id=p.id,
-                        vector={
-                            DENSE: p.dense,
-                            SPARSE: models.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
-                        },
-                        payload=p.payload,
-                    )
-                    for p in points
-                ],
+                points=[models.PointStruct(id=p.id, vector=_vectors(p), payload=p.payload) for p in points],
             )
 
     async def delete(self, ids: Sequence[str]) -> None:
@@ -94,26 +120,44 @@ class ServerIndex:
             found = await self._client.retrieve(self._collection, ids=list(ids), with_payload=True, with_vectors=False)
         return versions_in_scope(((str(p.id), p.payload) for p in found), tenant_id, user_id)
 
-    async def search(
-        self, scope: Scope, dense: list[float], sparse: Sparse, limit: int, weights: FusionWeights = DEFAULT_FUSION
-    ) -> list[Hit]:
-        """Both legs in one round trip, fused here (services.stores.fusion)."""
+    async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs:
+        """Every leg in one round trip (a batch query: the server runs them concurrently)."""
         flt = _scope_filter(scope)
-        requests = [models.QueryRequest(query=dense, using=DENSE, filter=flt, limit=limit, with_payload=True)]
-        if sparse.indices:
-            requests.append(
-                models.QueryRequest(
-                    query=models.SparseVector(indices=sparse.indices, values=sparse.values),
-                    using=SPARSE,
-                    filter=flt,
-                    limit=limit,
-                    with_payload=True,
-                )
-            )
+        queries = leg_queries(dense, sparse)
+        requests = [
+            models.QueryRequest(query=_query(q), using=name, filter=flt, limit=limit, with_payload=True)
+            for name, q in queries
+        ]
         async with qdrant_call("search"):
-            legs = await self._client.query_batch_points(self._collection, requests=requests)
-        hits = [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in leg.points] for leg in legs]
-        return fuse(hits[0], hits[1] if len(hits) > 1 else [], weights, limit)
+            found = await self._client.query_batch_points(self._collection, requests=requests)
+        hits = [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in leg.points] for leg in found]
+        return as_legs([name for name, _ in queries], hits)
+
+    async def search(
+        self,
+        scope: Scope,
+        dense: list[float],
+        sparse: Sparse,
+        limit: int,
+        weights: RecallFusion = DEFAULT_FUSION,
+        depth: int = 0,
+    ) -> list[Hit]:
+        """The legs (each `depth` deep, at least `limit`) fused here (services.stores.fusion)."""
+        return fuse_legs(await self.legs(scope, dense, sparse, max(limit, depth)), weights, limit)
+
+    async def context_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
+        if not ids:
+            return {}
+        async with qdrant_call("context_vectors"):
+            found = await self._client.retrieve(
+                self._collection, ids=list(ids), with_payload=False, with_vectors=[DENSE_CTX]
+            )
+        out: dict[str, list[float]] = {}
+        for p in found:
+            vec = p.vector.get(DENSE_CTX) if isinstance(p.vector, dict) else None
+            if isinstance(vec, list):
+                out[str(p.id)] = [float(x) for x in vec if isinstance(x, float | int)]
+        return out
 
     async def count(self) -> int:
         async with qdrant_call("count"):

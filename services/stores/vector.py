@@ -1,8 +1,20 @@
 """The recall index: one interface, two engines (Qdrant Edge in-process, Qdrant server).
 
-Points carry a dense vector ("dense") and a BM25 sparse vector ("bm25"), so
-recall can fuse meaning and exact words (by score: services.stores.fusion). The BM25 weights are computed here
-with the Qdrant engine's own tokenizer, identically for both engines.
+Every point carries its own text as a dense vector ("dense") and a BM25
+sparse vector ("bm25"). An exchange (one turn) also carries its backward
+context: a dense vector of the turn before it and the turn ("dense_ctx") and
+a BM25 vector of the two turns before it and the turn ("bm25_ctx"). Recall
+queries the four legs and fuses them by score (services.stores.fusion); a
+point without context vectors simply is not in those two legs.
+
+BM25 is real BM25 split between us and the engine: the term weights of a
+document (tf saturation k1, length normalisation b against an average
+length, English stopwords and Snowball stemming from the Qdrant engine's own
+tokenizer) are computed here, identically for both engines and for
+documents and queries; the IDF comes from the index (the sparse vectors are
+declared with Qdrant's IDF modifier), so it follows the collection as it
+grows. Changing k1, b or the average lengths changes every document's
+weights: `memstream rebuild index` re-encodes them.
 """
 
 from __future__ import annotations
@@ -12,10 +24,27 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Required, TypedDict
 
 if TYPE_CHECKING:
-    from services.stores.fusion import FusionWeights
+    from services.config import Settings
+    from services.stores.fusion import RecallFusion
 
 DENSE = "dense"
 SPARSE = "bm25"
+DENSE_CTX = "dense_ctx"
+SPARSE_CTX = "bm25_ctx"
+VECTOR_NAMES = (DENSE, SPARSE, DENSE_CTX, SPARSE_CTX)
+# How many of an exchange's context turns (the last ones) its dense context vector reads: the turn before
+# it only (MiniLM reads ~256 word pieces; a third turn mostly dilutes the pair). BM25 reads them all.
+DENSE_CONTEXT_TURNS = 1
+
+
+def dense_context_text(context: Sequence[str], text: str) -> str:
+    """What the dense context vector embeds: the last DENSE_CONTEXT_TURNS context turns and the text."""
+    return "\n".join([*context[len(context) - DENSE_CONTEXT_TURNS :], text]) if context else text
+
+
+def sparse_context_text(context: Sequence[str], text: str) -> str:
+    """What the BM25 context vector encodes: every context turn and the text."""
+    return "\n".join([*context, text])
 
 
 @dataclass(frozen=True)
@@ -44,6 +73,7 @@ class IndexPayload(TypedDict, total=False):
     version: int
     last_accessed_at: str | None  # ISO 8601, None until a recall returns the memory
     compressed: bool  # folded into a pattern: left out of default recall
+    has_context: bool  # in the context legs (an exchange with turns before it)
 
 
 @dataclass(frozen=True)
@@ -52,6 +82,18 @@ class IndexedMemory:
     dense: list[float]
     sparse: Sparse
     payload: IndexPayload
+    # Context legs (exchanges only); None: the point is not in that leg.
+    dense_ctx: list[float] | None = None
+    sparse_ctx: Sparse | None = None
+
+    def named_vectors(self) -> dict[str, list[float] | Sparse]:
+        """The point's vectors by name, the context ones only when present (an empty sparse one is left out)."""
+        named: dict[str, list[float] | Sparse] = {DENSE: self.dense, SPARSE: self.sparse}
+        if self.dense_ctx is not None:
+            named[DENSE_CTX] = self.dense_ctx
+        if self.sparse_ctx is not None and self.sparse_ctx.indices:
+            named[SPARSE_CTX] = self.sparse_ctx
+        return named
 
 
 @dataclass(frozen=True)
@@ -79,6 +121,45 @@ class Hit:
     payload: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Legs:
+    """Each recall leg's top hits, best first, as the engine scored them (cosine, BM25)."""
+
+    dense: list[Hit] = field(default_factory=list)
+    sparse: list[Hit] = field(default_factory=list)
+    dense_ctx: list[Hit] = field(default_factory=list)
+    sparse_ctx: list[Hit] = field(default_factory=list)
+
+
+def leg_queries(dense: list[float], sparse: Sparse) -> list[tuple[str, list[float] | Sparse]]:
+    """(vector name, query) of every leg to run, in Legs order; a query without BM25 terms skips the BM25 legs."""
+    legs: list[tuple[str, list[float] | Sparse]] = [(DENSE, dense)]
+    if sparse.indices:
+        legs.append((SPARSE, sparse))
+    legs.append((DENSE_CTX, dense))
+    if sparse.indices:
+        legs.append((SPARSE_CTX, sparse))
+    return legs
+
+
+def as_legs(names: Sequence[str], results: Sequence[list[Hit]]) -> Legs:
+    """The engine's answers to `leg_queries` (same order) as Legs."""
+    by_name = dict(zip(names, results, strict=True))
+    return Legs(
+        dense=by_name.get(DENSE, []),
+        sparse=by_name.get(SPARSE, []),
+        dense_ctx=by_name.get(DENSE_CTX, []),
+        sparse_ctx=by_name.get(SPARSE_CTX, []),
+    )
+
+
+OUTDATED_INDEX = (
+    "the recall index at {where} was made before exchanges carried context vectors (issue 11: it has no "
+    f"{DENSE_CTX!r}/{SPARSE_CTX!r}); with the stack stopped, run `memstream rebuild index` to rebuild it from "
+    "Postgres (memories stored before then are indexed without context)"
+)
+
+
 class VectorIndex(Protocol):
     async def ensure(self, dimension: int) -> None: ...
     async def upsert(self, points: Sequence[IndexedMemory]) -> None: ...
@@ -89,9 +170,20 @@ class VectorIndex(Protocol):
     # The payload version of those of `ids` the index holds for this tenant and user:
     # how a client waiting on its own write sees that the index caught up.
     async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]: ...
+    # Every leg's top `limit`, tenant-, user- and status-filtered in the engine, in one call.
+    async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs: ...
+    # The legs fused (services.stores.fusion.fuse_legs): the best `limit` memories.
     async def search(
-        self, scope: Scope, dense: list[float], sparse: Sparse, limit: int, weights: FusionWeights = ...
+        self,
+        scope: Scope,
+        dense: list[float],
+        sparse: Sparse,
+        limit: int,
+        weights: RecallFusion = ...,
+        depth: int = ...,
     ) -> list[Hit]: ...
+    # The stored dense context vectors of those of `ids` that have one (a change without one keeps it).
+    async def context_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]: ...
     async def count(self) -> int: ...
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
@@ -108,18 +200,59 @@ def versions_in_scope(
     }
 
 
-class Bm25Encoder:
-    """Sparse BM25 term weights from the Qdrant engine's tokenizer and stemmer."""
+@dataclass(frozen=True)
+class Bm25Params:
+    """BM25's document-side constants (settings recall_bm25_*; the defaults are the tuned ones).
 
-    def __init__(self) -> None:
+    `avg_len`: the average length, in tokens after stopwords, of a memory's own
+    text; a context document (CONTEXT_TURNS turns and the text) is taken to be
+    `context_factor` times as long.
+    """
+
+    k1: float = 1.2
+    b: float = 0.4
+    avg_len: float = 15.0
+    context_factor: float = 3.0
+
+
+class Bm25Encoder:
+    """Sparse BM25 term weights from the Qdrant engine's tokenizer and stemmer (IDF: the index's)."""
+
+    def __init__(self, params: Bm25Params | None = None) -> None:
         import qdrant_edge
 
-        self._model = qdrant_edge.Bm25(qdrant_edge.Bm25Config(language="english", avg_len=40.0))
+        p = params or Bm25Params()
+        self.params = p
+
+        def model(avg_len: float) -> Any:
+            config = qdrant_edge.Bm25Config(language="english", k=p.k1, b=p.b, avg_len=avg_len)
+            return qdrant_edge.Bm25(config)
+
+        self._own = model(p.avg_len)
+        self._context = model(p.avg_len * p.context_factor)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Bm25Encoder:
+        return cls(
+            Bm25Params(
+                k1=settings.recall_bm25_k1,
+                b=settings.recall_bm25_b,
+                avg_len=settings.recall_bm25_avg_len,
+                context_factor=settings.recall_bm25_context_factor,
+            )
+        )
 
     def document(self, text: str) -> Sparse:
-        vec = self._model.embed_document(text)
-        return Sparse(list(vec.indices), list(vec.values))
+        return _sparse(self._own.embed_document(text))
+
+    def context_document(self, context: Sequence[str], text: str) -> Sparse | None:
+        """The BM25 context vector of an exchange; None without context (the point is not in that leg)."""
+        return _sparse(self._context.embed_document(sparse_context_text(context, text))) if context else None
 
     def query(self, text: str) -> Sparse:
-        vec = self._model.embed_query(text)
-        return Sparse(list(vec.indices), list(vec.values))
+        """Query terms weigh 1 each (IDF comes from the index); the same for the own and the context leg."""
+        return _sparse(self._own.embed_query(text))
+
+
+def _sparse(vec: Any) -> Sparse:
+    return Sparse(list(vec.indices), list(vec.values))

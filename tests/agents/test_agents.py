@@ -286,3 +286,93 @@ async def test_qdrant_sink_skips_and_counts_a_forgotten_users_changes_and_dead_l
     assert await h.runtime.index.count_scope("t", "gone") == 0
     hits = await h.runtime.index.search(Scope("t", "u"), [1.0, 0.0, 0.0, 0.0], h.runtime.bm25.query("tea"), 10)
     assert [hit.payload["text"] for hit in hits] == ["green tea in the morning"]
+
+
+async def test_window_agent_gives_each_exchange_the_turns_before_it_as_context(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    from agents.window import agent
+
+    h = harness(agent, "turns")
+    candidates = h.sink("candidates")
+    said = [
+        turn("t", "u", "s", 0, "Did you go to the concert?", role="assistant"),
+        turn("t", "u", "s", 1, "Yes, on Friday."),
+        turn("t", "u", "s", 2, "How was it?", role="assistant"),
+        turn("t", "u", "s", 3, "Loud and wonderful."),
+    ]
+    end = session_end("t", "u", "s")
+    after = turn("t", "u", "s", 4, "Back again.")
+    events = [*said, end, after]
+    await h.feed([orjson.dumps(e) for e in events], lambda: len(candidates.sent) >= 3)
+    contexts = {c["text"]: c["context"] for c in candidates.values() if c["type"] == "exchange"}
+    assert contexts == {
+        "Yes, on Friday.": ["Did you go to the concert?"],
+        "Loud and wonderful.": ["Yes, on Friday.", "How was it?"],
+        "Back again.": [],  # the session was closed: it reopens with an empty window
+    }
+
+
+async def test_embedder_agent_embeds_the_context_window_of_an_exchange_in_the_same_batch(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    from agents.embedder import agent
+
+    h = harness(agent, "candidates")
+    out = h.sink("embedded")
+    plain = _candidate("Tea, not coffee.")
+    answer = _candidate("Yes, on Friday.").model_copy(update={"context": ["Hi!", "Did you go to the concert?"]})
+    await h.feed([orjson.dumps(c.model_dump(mode="json")) for c in (answer, plain)], lambda: len(out.sent) == 2)
+    by_text = {e["candidate"]["text"]: e for e in out.values()}
+    model = await h.runtime.embedder()
+    expected = model.embed(["Did you go to the concert?\nYes, on Friday."])[0]
+    assert by_text["Yes, on Friday."]["context_vector"] == pytest.approx(expected, abs=1e-5)
+    assert by_text["Yes, on Friday."]["vector"] == pytest.approx(model.embed(["Yes, on Friday."])[0], abs=1e-5)
+    assert by_text["Tea, not coffee."]["context_vector"] is None
+
+
+async def test_qdrant_sink_indexes_the_context_legs_and_a_later_change_keeps_the_dense_one(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    from agents.qdrant_sink import agent
+
+    h = harness(agent, "changes")
+    await h.runtime.index.ensure(4)
+    first = _change("Yes, on Friday.", [1.0, 0.0, 0.0, 0.0])
+    with_context = first.model_copy(
+        update={
+            "record": first.record.model_copy(update={"context": ["Did you go to the concert?"]}),
+            "context_vector": [0.0, 1.0, 0.0, 0.0],
+        }
+    )
+    # Maintenance decays it later: the change carries the record and its vector, not the context vector.
+    decayed = with_context.model_copy(
+        update={
+            "op": ChangeOp.UPDATED,
+            "record": with_context.record.model_copy(update={"importance": 0.2, "version": 2}),
+            "context_vector": None,
+        }
+    )
+    plain = _change("green tea in the morning", [0.0, 0.0, 1.0, 0.0])
+    index = h.runtime.index
+
+    async def versions() -> dict[str, int]:
+        return await index.versions("t", "u", [with_context.record.id, plain.record.id])
+
+    await h.feed([await h.sealed(c) for c in (with_context, plain)], lambda: _awaited(versions(), 2))
+    await h.feed([await h.sealed(decayed)], lambda: _version_is(versions(), with_context.record.id, 2))
+    legs = await index.legs(Scope("t", "u"), [0.0, 1.0, 0.0, 0.0], h.runtime.bm25.query("concert"), 10)
+    assert [hit.id for hit in legs.dense_ctx] == [with_context.record.id]
+    assert legs.dense_ctx[0].score == pytest.approx(1.0)
+    assert [hit.id for hit in legs.sparse_ctx] == [with_context.record.id]  # the context's words, not the turn's
+    assert legs.sparse == []
+    assert legs.dense_ctx[0].payload["importance"] == 0.2
+    assert legs.dense_ctx[0].payload["has_context"] is True
+
+
+async def _awaited(found: Awaitable[dict[str, int]], n: int) -> bool:
+    return len(await found) == n
+
+
+async def _version_is(found: Awaitable[dict[str, int]], record_id: str, version: int) -> bool:
+    return (await found).get(record_id) == version

@@ -151,7 +151,53 @@ def retrieved(memory: dict[str, Any]) -> dict[str, Any]:
         "text": memory["text"],
         "tokens": count_tokens(memory["text"]),
         "type": memory["type"],
+        "provenance": len(memory["source"]["event_ids"]),
     }
+
+
+TOKEN_BUDGET = 1000
+
+
+def within_tokens(memories: list[dict[str, Any]], budget: int = TOKEN_BUDGET) -> list[dict[str, Any]]:
+    """The returned memories, in order, while their texts together fit in `budget` tokens."""
+    kept, used = [], 0
+    for memory in memories:
+        used += memory["tokens"]
+        if used > budget:
+            break
+        kept.append(memory)
+    return kept
+
+
+def size_fair(
+    results: list[dict[str, Any]], answers: dict[tuple[str, int], tuple[int, set[str]]], k: int = 10
+) -> dict[str, float]:
+    """Figures a gain from larger memories alone cannot fake (overall, categories 1-5).
+
+    `R@1000tok`: evidence covered by the memories that fit in the first
+    1,000 tokens of the answer; `provenance@10`: the mean number of source
+    events per memory in the top k (raw turns: 1; an episode: many).
+    """
+    covered: list[float] = []
+    provenance: list[int] = []
+    for line in results:
+        key = (line["sample_id"], line["qa_index"])
+        if key not in answers:
+            continue
+        evidence = answers[key][1]
+        seen = {d for memory in within_tokens(line["retrieved"]) for d in memory["source_dia_ids"]}
+        covered.append(len(evidence & seen) / len(evidence))
+        provenance.extend(m.get("provenance", len(m["source_dia_ids"])) for m in line["retrieved"][:k])
+    return {
+        f"R@{TOKEN_BUDGET}tok": 100 * sum(covered) / len(covered) if covered else 0.0,
+        f"provenance@{k}": sum(provenance) / len(provenance) if provenance else 0.0,
+    }
+
+
+def recall_settings(settings: Settings) -> dict[str, Any]:
+    """The settings recall ran with (every recall_* knob and the profile threshold), as the bench prints them."""
+    names = [n for n in Settings.model_fields if n.startswith("recall_")] + ["profile_min_similarity"]
+    return {n: getattr(settings, n) for n in names}
 
 
 def findable(
@@ -308,6 +354,21 @@ async def run(
     return lines, after, stats
 
 
+def format_fair(fair: dict[str, float]) -> str:
+    return "  ".join(f"{name} {value:.1f}" if "R@" in name else f"{name} {value:.2f}" for name, value in fair.items())
+
+
+def setting_env(pairs: list[str]) -> dict[str, str]:
+    """`name=value` pairs as the stack's environment (MEMSTREAM_NAME); an unknown setting name is an error."""
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or name.strip().lower() not in Settings.model_fields:
+            raise SystemExit(f"--set {pair!r}: not NAME=VALUE with a known setting name")
+        env[f"MEMSTREAM_{name.strip().upper()}"] = value
+    return env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -315,18 +376,28 @@ def main() -> None:
     parser.add_argument("--base-url", help="use a running stack instead of starting one")
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--api-key", default="", help="a key of the running stack (with --base-url)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the bench's own stack, e.g. recall_context_weight=0 (MEMSTREAM_RECALL_CONTEXT_WEIGHT)",
+    )
     args = parser.parse_args()
     samples = json.loads(args.data.read_text())
     started = time.perf_counter()
     if args.base_url:
         settings = Settings(kafka_bootstrap=args.bootstrap)  # Postgres from MEMSTREAM_PG_DSN, as the stack's
         headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+        ran_with = recall_settings(settings)  # as far as this process can know: the stack's own environment rules
         lines, after, stats = asyncio.run(run(args.base_url, args.bootstrap, samples, settings, headers))
     else:
-        fast = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5"}
-        with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=8, extra_env=fast) as stack:
+        env = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5", **setting_env(args.set)}
+        with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=8, extra_env=env) as stack:
+            settings = stack_settings(stack)
+            ran_with = recall_settings(settings)
             lines, after, stats = asyncio.run(
-                run(stack.base_url, stack.bootstrap, samples, stack_settings(stack), stack.headers, stack.env)
+                run(stack.base_url, stack.bootstrap, samples, settings, stack.headers, stack.env)
             )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -334,22 +405,29 @@ def main() -> None:
     after_out.write_text("".join(json.dumps(line) + "\n" for line in after))
     answers = gold(samples)
     table, table_after = recall_at_k(lines, answers), recall_at_k(after, answers)
+    fair, fair_after = size_fair(lines, answers), size_fair(after, answers)
     stats["total_seconds"] = time.perf_counter() - started
     synthesized = findable(after, answers)
     summary = {
+        "settings": ran_with,
         "stats": stats,
         "recall": table,
+        "size_fair": fair,
         "recall_after_maintenance": table_after,
+        "size_fair_after_maintenance": fair_after,
         "synthesized_in_top_10_after_maintenance": synthesized,
     }
-    args.out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2))
+    args.out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2, default=str))
     growth = stats.pop("maintenance")
+    print("settings:", json.dumps(ran_with, default=str))
     print(json.dumps(stats, default=str))
     print(format_table(table))
+    print(format_fair(fair))
     print("\nactive memories per user, before -> after one maintenance pass:")
     print(format_growth(growth))
     print("\nrecall after maintenance (same questions, same scorer):")
     print(format_table(table_after))
+    print(format_fair(fair_after))
     for type_, figures in synthesized.items():
         print(
             f"{type_} memories in a question's top 10 after maintenance: {figures['in_top']} questions, "

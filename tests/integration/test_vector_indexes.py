@@ -91,3 +91,27 @@ async def test_every_edge_shard_call_runs_on_its_one_owner_thread(tmp_path: Path
     await idx.close()
     assert len(seen) == 1
     assert seen != {loop_thread}
+
+
+async def test_points_with_and_without_context_legs_live_side_by_side(index: VectorIndex) -> None:
+    """Only exchanges with turns before them are in the context legs; every point is in its own."""
+    bm25 = Bm25Encoder()
+    answer = "00000000-0000-0000-0000-000000000005"
+    said = IndexedMemory(
+        answer,
+        [0, 0, 1],
+        bm25.document("Yes, on Friday"),
+        {"tenant_id": "t", "user_id": "alice", "type": "exchange", "status": "active", "text": "Yes, on Friday"},
+        dense_ctx=[0, 1, 0],
+        sparse_ctx=bm25.context_document(["Did you go to the concert?"], "Yes, on Friday"),
+    )
+    await index.upsert([said])
+    legs = await index.legs(Scope("t", "alice"), [0.0, 1.0, 0.0], bm25.query("concert"), 10)
+    assert [h.id for h in legs.dense_ctx] == [answer]
+    assert [h.id for h in legs.sparse_ctx] == [answer]
+    assert legs.sparse == []  # "concert" is only in its context
+    assert answer in {h.id for h in legs.dense}
+    assert len(legs.dense) == 3  # alice's active points, with or without context
+    assert await index.context_vectors([answer, "00000000-0000-0000-0000-000000000001"]) == {answer: [0.0, 1.0, 0.0]}
+    fused = await index.search(Scope("t", "alice"), [0.0, 1.0, 0.0], bm25.query("concert"), 1)
+    assert [h.id for h in fused] == [answer]

@@ -73,7 +73,7 @@ def as_sink_writes_it(record: MemoryRecord, dense: list[float]) -> IndexedMemory
         cause=[],
         committed_at=NOW,
     )
-    upserts, _ = plan([change], Bm25Encoder().document)
+    upserts, _ = plan([change], Bm25Encoder())
     return upserts[0]
 
 

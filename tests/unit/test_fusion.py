@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.stores.fusion import FusionWeights, fuse, normalised
-from services.stores.vector import Hit
+from services.stores.fusion import OWN_ONLY, FusionWeights, RecallFusion, fuse, fuse_legs, normalised
+from services.stores.vector import Hit, Legs
 
 W = FusionWeights(dense=0.4, sparse=0.6)
 
@@ -47,4 +48,112 @@ def test_fused_scores_are_bounded_ordered_and_cover_both_legs(
     ids = {i for i, _ in dense} | {i for i, _ in sparse}
     assert len(fused) == min(limit, len(ids))
     assert all(-1e-9 <= h.score <= 1.0 + 1e-9 for h in fused)
+    assert [h.score for h in fused] == sorted((h.score for h in fused), reverse=True)
+
+
+# --- the four legs and the session cue (services.stores.fusion.fuse_legs) ---
+
+EXCHANGE = {"type": "exchange", "has_context": True}
+
+
+def leg(*pairs: tuple[str, float], payload: dict[str, object] | None = None) -> list[Hit]:
+    return [Hit(i, s, {"text": i, **(payload or EXCHANGE)}) for i, s in pairs]
+
+
+def test_the_turn_after_the_question_is_found_through_its_context() -> None:
+    """'yes, in May' shares no word with the query; its context (the question before it) does."""
+    legs = Legs(
+        dense=leg(("chat", 0.6), ("answer", 0.3)),
+        sparse=leg(("chat", 2.0), ("answer", 0.1)),
+        dense_ctx=leg(("answer", 0.8), ("chat", 0.4)),
+        sparse_ctx=leg(("answer", 5.0), ("chat", 1.0)),
+    )
+    assert [h.id for h in fuse_legs(legs, OWN_ONLY, 10)] == ["chat", "answer"]
+    fused = fuse_legs(legs, RecallFusion(context=1.0, session=0.0), 10)
+    assert [h.id for h in fused] == ["answer", "chat"]
+
+
+def test_a_memory_without_context_legs_counts_its_own_text_for_them() -> None:
+    episode = {"type": "episode", "has_context": False, "source": {"session_id": "s1"}}
+    legs = Legs(
+        dense=[*leg(("turn", 0.9)), *leg(("summary", 0.9), payload=episode)],
+        dense_ctx=leg(("turn", 0.2), ("other", 0.1)),
+    )
+    scores = {h.id: h.score for h in fuse_legs(legs, RecallFusion(session=0.0), 10)}
+    # Both match their own text equally; the turn's context is the worse one, the summary has none.
+    assert scores["summary"] == pytest.approx(0.8)
+    assert scores["turn"] == pytest.approx(0.4 + 0.4)
+    assert scores["other"] == pytest.approx(0.0)
+
+
+def test_a_turn_gains_from_its_sessions_episode_and_the_episode_not_from_itself() -> None:
+    episode = {"type": "episode", "has_context": False, "source": {"session_id": "s1"}}
+    turn = {**EXCHANGE, "source": {"session_id": "s1"}}
+    elsewhere = {**EXCHANGE, "source": {"session_id": "s2"}}
+    legs = Legs(
+        dense=[
+            *leg(("summary", 1.0), payload=episode),
+            *leg(("in-s1", 0.5), payload=turn),
+            *leg(("in-s2", 0.5), payload=elsewhere),
+            *leg(("worst", 0.0), payload=elsewhere),
+        ]
+    )
+    f = RecallFusion(context=0.0, session=0.5)
+    scores = {h.id: h.score for h in fuse_legs(legs, f, 10)}
+    assert scores["in-s1"] == pytest.approx(0.2 + 0.5 * 0.4)
+    assert scores["in-s2"] == pytest.approx(0.2)
+    assert scores["summary"] == pytest.approx(0.4)
+
+
+LEG = st.lists(st.tuples(st.sampled_from("abcdefgh"), st.floats(0, 50)), max_size=8, unique_by=lambda p: p[0])
+PAYLOADS = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(["exchange", "episode", "fact"]),
+        "has_context": st.booleans(),
+        "source": st.fixed_dictionaries({"session_id": st.sampled_from(["s1", "s2"])}),
+    }
+)
+
+
+def _legs(draw: st.DrawFn) -> Legs:
+    payloads = {i: draw(PAYLOADS) for i in "abcdefgh"}
+
+    def hits_of(pairs: list[tuple[str, float]]) -> list[Hit]:
+        return [Hit(i, s, payloads[i]) for i, s in pairs]
+
+    return Legs(*(hits_of(draw(LEG)) for _ in range(4)))
+
+
+legs_strategy = st.composite(_legs)
+
+
+@given(legs_strategy(), st.integers(1, 10))
+def test_with_the_context_and_session_weights_at_zero_it_is_the_two_leg_fusion(legs: Legs, limit: int) -> None:
+    old = fuse(legs.dense, legs.sparse, W, limit)
+    new = fuse_legs(Legs(dense=legs.dense, sparse=legs.sparse), OWN_ONLY, limit)
+    assert [(h.id, h.score) for h in new] == [(h.id, pytest.approx(h.score)) for h in old]
+
+
+@given(legs_strategy(), st.floats(0, 3), st.floats(0, 1))
+def test_a_memory_that_tops_every_leg_is_never_dropped_and_only_the_session_cue_can_pass_it(
+    legs: Legs, ctx: float, ses: float
+) -> None:
+    top = Hit("z", 100.0, {"type": "exchange", "has_context": True, "source": {"session_id": "s9"}})
+    legs = Legs(*([top, *hits] for hits in (legs.dense, legs.sparse, legs.dense_ctx, legs.sparse_ctx)))
+    scores = {h.id: h.score for h in fuse_legs(legs, RecallFusion(context=ctx, session=ses), 1)}
+    assert scores == {"z": pytest.approx(1 + ctx)} or ses > 0
+    fused = fuse_legs(legs, RecallFusion(context=ctx, session=ses), 10)
+    assert fused[0].id == "z" or fused[0].score <= 1 + ctx + ses
+    assert all(h.score <= fused[0].score for h in fused)
+    assert any(h.id == "z" and h.score == pytest.approx(1 + ctx) for h in fused)
+
+
+@given(legs_strategy(), st.floats(0, 3), st.floats(0, 1), st.integers(1, 10))
+def test_every_hit_of_any_leg_can_come_back_and_totals_stay_bounded(
+    legs: Legs, ctx: float, ses: float, limit: int
+) -> None:
+    fused = fuse_legs(legs, RecallFusion(context=ctx, session=ses), limit)
+    ids = {h.id for leg_ in (legs.dense, legs.sparse, legs.dense_ctx, legs.sparse_ctx) for h in leg_}
+    assert len(fused) == min(limit, len(ids))
+    assert all(-1e-9 <= h.score <= 1 + ctx + ses + 1e-9 for h in fused)
     assert [h.score for h in fused] == sorted((h.score for h in fused), reverse=True)

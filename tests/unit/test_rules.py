@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from agents.rules.candidates import candidates_for_turn
+from agents.rules.candidates import CONTEXT_MAX_CHARS, candidates_for_turn
 from agents.rules.extract import extract, extract_facts, extract_preferences
 from schemas import MemoryType, Role, TurnEvent
 
@@ -119,3 +119,14 @@ def test_candidate_ids_are_deterministic_and_facts_dedupe_across_turns() -> None
 
 def test_assistant_turns_produce_nothing() -> None:
     assert candidates_for_turn(_turn(Role.ASSISTANT, "I love helping")) == []
+
+
+def test_only_the_exchange_carries_the_turns_before_it_as_context_capped_and_without_blanks() -> None:
+    before = [_turn(Role.ASSISTANT, "  Where do you live?  ", "e0"), _turn(Role.USER, "   ", "eb")]
+    long = _turn(Role.USER, "x" * 5000 + " the end", "ea")
+    out = candidates_for_turn(_turn(Role.USER, "I live in Pune"), [long, *before])
+    assert [(c.type, c.context) for c in out] == [
+        (MemoryType.FACT, []),
+        (MemoryType.EXCHANGE, [("x" * 5000 + " the end")[-CONTEXT_MAX_CHARS:], "Where do you live?"]),
+    ]
+    assert out[0].candidate_id == candidates_for_turn(_turn(Role.USER, "I live in Pune"))[0].candidate_id

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.window.logic import WindowLimits, append_turn, trim, window_tokens
+from agents.window.logic import WindowLimits, append_turn, preceding, trim, window_tokens
 from schemas import TurnEvent
 from tests.factories import turn_event
 
@@ -84,3 +84,18 @@ def test_chunks_split_under_the_message_limit_keep_every_turn_in_order(sizes: li
     for part in parts:
         chunk = EvictedChunk(tenant_id="t", user_id="u", session_id="s", reason="trimmed", turns=part, cause=["c"])
         assert len(part) == 1 or len(codec.dumps(chunk)) <= limit
+
+
+def test_the_turns_before_a_new_one_are_its_context_oldest_first() -> None:
+    window = [turn(0), turn(1), turn(2), turn(3)]
+    assert [t.event_id for t in preceding(window, turn(4))] == ["e2", "e3"]
+    assert [t.event_id for t in preceding(window, turn(1))] == ["e0"]  # a late turn: only what came before it
+    assert preceding([], turn(0)) == []  # a session's first turn (or one after session_end) has none
+    assert preceding(window, turn(4), n=0) == []
+
+
+@given(st.permutations(range(8)), st.integers(0, 7))
+def test_the_context_depends_on_the_window_not_on_arrival_order(order: list[int], new: int) -> None:
+    window = [turn(i) for i in order if i != new]
+    expected = [f"e{i}" for i in range(new)][-2:]
+    assert [t.event_id for t in preceding(window, turn(new))] == expected

@@ -255,7 +255,7 @@ class MemoryReader:
                       SELECT m.id, m.tenant_id, m.user_id, m.type, m.text, m.content_hash, m.category, m.key_name, m.value,
                         m.importance, m.confidence, m.status, m.observed_at, m.created_at, m.updated_at, m.superseded_at,
                         m.superseded_by, m.provenance, m.entities, m.access_count, m.reinforcement_count, m.version,
-                        m.last_accessed_at, m.compressed, m.question
+                        m.last_accessed_at, m.compressed, m.question, m.context
                       FROM memories m JOIN back b ON m.superseded_by = b.id OR m.id = b.superseded_by
                       WHERE m.tenant_id = %(t)s AND m.user_id = %(u)s
                     ) SELECT * FROM back ORDER BY observed_at, created_at""",

@@ -176,11 +176,23 @@ class MemoryWriter:
         )
         return [record_from_row(r) for r in await cur.fetchall()]
 
-    async def upsert(self, conn: Conn, record: MemoryRecord, vector: Sequence[float] | None) -> None:
+    async def upsert(
+        self,
+        conn: Conn,
+        record: MemoryRecord,
+        vector: Sequence[float] | None,
+        context_vector: Sequence[float] | None = None,
+    ) -> None:
+        """Insert or update; a None vector (or context vector) keeps the stored one.
+
+        A record's context is fixed when it is first written (migration 010), so
+        an update never changes it.
+        """
         embedding = None if vector is None else np.asarray(vector, dtype=np.float32)
+        context_embedding = None if context_vector is None else np.asarray(context_vector, dtype=np.float32)
         cur = await conn.execute(
-            f"""INSERT INTO memories ({_RECORD_COLUMNS}, source_session_id, embedding)
-                VALUES ({", ".join(["%s"] * 27)})
+            f"""INSERT INTO memories ({_RECORD_COLUMNS}, source_session_id, embedding, context_embedding)
+                VALUES ({", ".join(["%s"] * 29)})
                 ON CONFLICT (id) DO UPDATE SET text = EXCLUDED.text, importance = EXCLUDED.importance,
                   confidence = EXCLUDED.confidence, status = EXCLUDED.status, updated_at = EXCLUDED.updated_at,
                   superseded_at = EXCLUDED.superseded_at, superseded_by = EXCLUDED.superseded_by,
@@ -191,7 +203,8 @@ class MemoryWriter:
                   version = EXCLUDED.version,
                   last_accessed_at = GREATEST(memories.last_accessed_at, EXCLUDED.last_accessed_at),
                   compressed = EXCLUDED.compressed, question = EXCLUDED.question,
-                  embedding = COALESCE(EXCLUDED.embedding, memories.embedding)
+                  embedding = COALESCE(EXCLUDED.embedding, memories.embedding),
+                  context_embedding = COALESCE(EXCLUDED.context_embedding, memories.context_embedding)
                 WHERE memories.tenant_id = EXCLUDED.tenant_id AND memories.user_id = EXCLUDED.user_id
                 RETURNING 1 AS written""",
             (
@@ -220,8 +233,10 @@ class MemoryWriter:
                 record.last_accessed_at,
                 record.compressed,
                 None if record.question is None else Jsonb(record.question.model_dump(mode="json")),
+                record.context,
                 record.source.session_id,
                 embedding,
+                context_embedding,
             ),
         )
         if await cur.fetchone() is None:

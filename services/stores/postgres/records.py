@@ -8,7 +8,7 @@ from schemas import MemoryRecord, Provenance
 
 RECORD_COLUMNS = """id, tenant_id, user_id, type, text, content_hash, category, key_name, value, importance,
 confidence, status, observed_at, created_at, updated_at, superseded_at, superseded_by, provenance, entities,
-access_count, reinforcement_count, version, last_accessed_at, compressed, question"""
+access_count, reinforcement_count, version, last_accessed_at, compressed, question, context"""
 
 
 def record_from_row(row: dict[str, Any]) -> MemoryRecord:
