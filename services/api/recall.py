@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -14,12 +13,15 @@ from services.api.access import AccessMarks
 from services.api.models import RecalledMemory, RecallRequest, RecallResponse, Source, WorkingTurn, WorkingWindow
 from services.api.ranking import Candidate, Weights, pack, pack_sections, prompt_block, prompt_sections, rank
 from services.config import Settings
+from services.embedding.query_cache import for_model as query_embeddings
 from services.runtime import Runtime
 from services.stores.fusion import FusionWeights, RecallFusion, fuse
 from services.stores.vector import Hit, Scope
 
 SURFACED = "open_question"
 MAX_SURFACED = 2
+# The open questions recall looks through (the newest), for those the answer touches.
+OPEN_QUESTIONS = 50
 PROFILE_TYPES = (MemoryType.FACT, MemoryType.PREFERENCE)
 
 
@@ -93,7 +95,10 @@ def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest) -> li
 
 
 async def working(rt: Runtime, tenant_id: str, user_id: str, session_id: str) -> WorkingWindow | None:
-    row = await rt.windows.working_window(tenant_id, user_id, session_id)
+    return _window(session_id, await rt.windows.working_window(tenant_id, user_id, session_id))
+
+
+def _window(session_id: str, row: dict[str, Any] | None) -> WorkingWindow | None:
     if row is None:
         return None
     turns = [WorkingTurn.model_validate(t) for t in row["window_turns"]]
@@ -104,31 +109,37 @@ async def working(rt: Runtime, tenant_id: str, user_id: str, session_id: str) ->
 
 async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: AccessMarks) -> RecallResponse:
     model = await rt.embedder()
-    dense = (await asyncio.to_thread(model.embed, [req.query]))[0]
+    dense = await query_embeddings(model, rt.settings.query_cache_size).embed(req.query)
     now = datetime.now(UTC)
     if req.as_of is not None and req.as_of < now:
         return await _recall_as_of(rt, req, weights, dense, req.as_of)
     types = tuple(t.value for t in req.types) if req.types else ()
     scope = Scope(req.tenant_id, req.user_id, types)
     pool = max(req.top_k * 3, rt.settings.recall_candidates)
-    hits, scored = await asyncio.gather(
-        rt.index.search(
-            scope, dense, rt.bm25.query(req.query), pool, fusion_weights(rt.settings), rt.settings.recall_leg_depth
-        ),
-        rt.reads.active_profile(
-            req.tenant_id, req.user_id, dense, rt.settings.profile_min_similarity, limit=max(3, req.top_k // 3)
-        ),
+    hits = await rt.index.search(
+        scope, dense, rt.bm25.query(req.query), pool, fusion_weights(rt.settings), rt.settings.recall_leg_depth
     )
-    # The index follows Postgres through memory.changes; drop what Postgres no
-    # longer holds as active (e.g. a fact superseded a moment ago).
-    live = await rt.reads.active_access(req.tenant_id, req.user_id, [h.id for h in hits])
+    # The rest is one round trip to Postgres (services/stores/postgres/memory_reads.py): which hits are still
+    # active with their access (the index follows Postgres through memory.changes, so a fact superseded a
+    # moment ago is dropped here), the profile close to the query, the open questions, the working window.
+    reads = await rt.reads.recall_reads(
+        req.tenant_id,
+        req.user_id,
+        hit_ids=[h.id for h in hits],
+        query=dense,
+        min_similarity=rt.settings.profile_min_similarity,
+        profile_limit=max(3, req.top_k // 3),
+        questions_limit=OPEN_QUESTIONS if _asks_questions(req) else 0,
+        session_id=req.session_id,
+    )
+    live = reads.access
     hits = [h for h in hits if h.id in live and _wanted(bool(h.payload.get("compressed", False)), req)]
     best = max((h.score for h in hits), default=0.0)
-    profile = _profile(scored, req)
+    profile = _profile(reads.profile, req)
     candidates = profile + [_with_access(_from_hit(h, best), *live[h.id]) for h in hits]
     chosen, used, prompt = _packed(candidates, req, now, weights)
-    window = await working(rt, req.tenant_id, req.user_id, req.session_id) if req.session_id else None
-    open_ids, extra = await _open_questions(rt, req, chosen)
+    window = _window(req.session_id, reads.window) if req.session_id else None
+    open_ids, extra = _open_questions(req, chosen, reads.questions)
     # Sent only once the answer is complete: a recall that fails marks nothing. Surfaced questions
     # are returned memories too: their access count is how often recall surfaced them (maintenance defers on it).
     if req.record_access:
@@ -197,17 +208,18 @@ async def _recall_as_of(
     return RecallResponse(memories=[_recalled(c) for c in chosen], prompt=prompt, tokens_used=used)
 
 
-async def _open_questions(
-    rt: Runtime, req: RecallRequest, chosen: list[Candidate]
+def _asks_questions(req: RecallRequest) -> bool:
+    return not req.types or MemoryType.QUESTION in req.types
+
+
+def _open_questions(
+    req: RecallRequest, chosen: list[Candidate], questions: list[MemoryRecord]
 ) -> tuple[set[str], list[MemoryRecord]]:
     """Open questions the query or the rest of the answer touch: those in the answer, and up to MAX_SURFACED more.
 
     Only questions in state `open`: a deferred one (maintenance: surfaced often, or open long) is not
     surfaced again, though it stays a memory like any other and a later answer still resolves it.
     """
-    if req.types and MemoryType.QUESTION not in req.types:
-        return set(), []
-    questions = await rt.reads.open_questions(req.tenant_id, req.user_id, limit=50)
     chosen_ids = {c.id for c in chosen}
     touched = [q for q in questions if touches(q, req.query, [c.entities for c in chosen if c.id != q.id])]
     extra = [q for q in touched if q.id not in chosen_ids]

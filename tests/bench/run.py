@@ -100,11 +100,12 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
         480,
         lambda o: recall_load.seed(url, kafka, plan.memories, plan.load_users, 450, o),
     )
+    # Single-client and concurrent recall, repeated and fresh queries, against one bare query embedding.
     await _stage(
         results,
         "recall_load",
-        plan.load_seconds + 60,
-        lambda o: recall_load.load(url, plan.load_users, plan.clients, plan.load_seconds, o, headers=headers),
+        2.5 * plan.load_seconds + 90,
+        lambda o: recall_load.recall_figures(url, plan.load_users, plan.clients, plan.load_seconds, o, headers=headers),
     )
     # Rebuild rates over the seeded memories (issue 10): the index from Postgres, the store from memory.changes.
     await _stage(results, "rebuild_index", 600, lambda o: rebuild_bench.index(stack_settings(stack), o))
