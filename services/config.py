@@ -81,13 +81,13 @@ class Settings(BaseSettings):
     recall_token_budget: int = 2_000
     recall_candidates: int = 50
     # --- recall quality (issue 11; README "How recall ranks"). Defaults tuned on the LoCoMo dev set. ---
-    # Hits taken from each index leg (own dense, own BM25, context dense, context BM25) before fusion;
-    # min-max normalisation is over this list, so it is fixed, not tied to top_k (at least the pool is taken).
-    recall_leg_depth: int = 100
+    # Hits taken from each index leg (own dense, own BM25, context dense, context BM25) before fusion (top_k
+    # if larger); min-max normalisation is over this list, so it is fixed, not tied to top_k.
+    recall_leg_depth: int = 50
     # Score fusion of the recall legs (services.stores.fusion): dense and BM25 shares of each pair of legs.
     recall_dense_weight: float = 0.4
     recall_sparse_weight: float = 0.6
-    # The context pair's weight against the own pair's (1.0: as much), and the session cue's.
+    # The context pair's weight against the own pair's (1.0: as much), and the session cue's (fusion.py).
     recall_context_weight: float = 1.0
     recall_session_weight: float = 0.4
     # BM25 document weights (services.stores.vector.Bm25Params); changing them needs `memstream rebuild index`.
@@ -97,10 +97,10 @@ class Settings(BaseSettings):
     recall_bm25_context_factor: float = 3.0
     # The ranking signals after fusion (services.api.ranking.Weights).
     recall_weight_similarity: float = 0.40
-    recall_weight_recency: float = 0.25
+    recall_weight_recency: float = 0.05
     recall_weight_importance: float = 0.20
     recall_weight_access: float = 0.10
-    recall_weight_entity: float = 0.05
+    recall_weight_entity: float = 0.02
     # MiniLM cosine above which a fact or preference is pinned ahead of the rest.
     profile_min_similarity: float = 0.5
 

@@ -32,10 +32,10 @@ _WORD = re.compile(r"\w+")
 @dataclass(frozen=True)
 class Weights:
     similarity: float = 0.40
-    recency: float = 0.25
+    recency: float = 0.05
     importance: float = 0.20
     access: float = 0.10
-    entity: float = 0.05
+    entity: float = 0.02
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Weights:
@@ -122,11 +122,21 @@ def cost(c: Candidate) -> int:
     return count_tokens(c.text) + 3  # "[TYPE] " prefix and newline
 
 
+def source_events(c: Candidate) -> frozenset[str]:
+    return frozenset(str(e) for e in c.source.get("event_ids") or ())
+
+
 def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[Candidate], int]:
-    """Greedy by rank: a memory that does not fit is skipped, smaller ones may still fit."""
+    """Greedy by rank: a memory that does not fit is skipped, smaller ones may still fit.
+
+    A memory taken from turns the answer already holds as exchanges (a fact,
+    preference or question from that very turn) is skipped too: the turn
+    says it already, and the slot and the tokens go to something new.
+    """
     chosen: list[Candidate] = []
     used = 0
     seen: set[str] = set()
+    turns: set[str] = set()
     for c in ranked:
         if len(chosen) >= top_k:
             break
@@ -134,9 +144,14 @@ def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[C
             continue
         if used + cost(c) > token_budget:
             continue
+        events = source_events(c)
+        if c.type != MemoryType.EXCHANGE.value and events and events <= turns:
+            continue
         chosen.append(c)
         seen.add(c.id)
         used += cost(c)
+        if c.type == MemoryType.EXCHANGE.value:
+            turns |= events
     return chosen, used
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -15,8 +16,10 @@ from services.api.ranking import Candidate, Weights, pack, pack_sections, prompt
 from services.config import Settings
 from services.embedding.query_cache import for_model as query_embeddings
 from services.runtime import Runtime
-from services.stores.fusion import FusionWeights, RecallFusion, fuse
-from services.stores.vector import Hit, Scope
+from services.stores.fusion import FusionWeights, RecallFusion, fuse_legs
+from services.stores.postgres.memory_reads import PastMatch
+from services.stores.postgres.past_context import PastContext, context_legs_as_of
+from services.stores.vector import Hit, Legs, Scope
 
 SURFACED = "open_question"
 MAX_SURFACED = 2
@@ -71,6 +74,11 @@ def fusion_weights(s: Settings) -> RecallFusion:
     )
 
 
+def leg_depth(s: Settings, req: RecallRequest) -> int:
+    """How deep each leg is read: the setting, or top_k if that is more (every leg can fill an answer)."""
+    return max(s.recall_leg_depth, req.top_k)
+
+
 def _wanted(compressed: bool, req: RecallRequest) -> bool:
     """Compressed episodes (folded into a pattern) leave default recall; `include_compressed` brings them back."""
     return req.include_compressed or not compressed
@@ -117,7 +125,7 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     scope = Scope(req.tenant_id, req.user_id, types)
     pool = max(req.top_k * 3, rt.settings.recall_candidates)
     hits = await rt.index.search(
-        scope, dense, rt.bm25.query(req.query), pool, fusion_weights(rt.settings), rt.settings.recall_leg_depth
+        scope, dense, rt.bm25.query(req.query), pool, fusion_weights(rt.settings), leg_depth(rt.settings, req)
     )
     # The rest is one round trip to Postgres (services/stores/postgres/memory_reads.py): which hits are still
     # active with their access (the index follows Postgres through memory.changes, so a fact superseded a
@@ -176,16 +184,22 @@ async def _recall_as_of(
     """Recall as memory stood at `at`, from Postgres (the index holds only what is active now).
 
     The same shape as today's recall: profile facts and preferences close to
-    the query first, then the dense and lexical legs fused by score, ranked
-    with `now = at`. Nothing is marked as accessed, no open question is
+    the query first, then the four legs (own and context, dense and lexical:
+    services/stores/postgres/past_context.py) fused as live recall fuses
+    them, ranked with `now = at`. Nothing is marked as accessed, no open question is
     surfaced and no working window is returned: those are today's state,
     and looking at the past must not change memory.
     """
     types = tuple(t.value for t in req.types) if req.types else ()
     pool = max(req.top_k * 3, rt.settings.recall_candidates)
-    found = await rt.reads.recall_as_of(req.tenant_id, req.user_id, dense, req.query, at, types=types, limit=pool)
+    depth = leg_depth(rt.settings, req)
+    found = await rt.reads.recall_as_of(req.tenant_id, req.user_id, dense, req.query, at, types=types, limit=depth)
+    context = await context_legs_as_of(
+        rt.pg, req.tenant_id, req.user_id, dense, req.query, at, types=types, limit=depth
+    )
     found = [m for m in found if _wanted(m.record.compressed, req)]
     records = {m.record.id: _as_it_was(m.record, at) for m in found}
+    records.update({i: _as_it_was(r, at) for i, r in context.records.items() if _wanted(r.compressed, req)})
     min_similarity = rt.settings.profile_min_similarity
     close = [
         (records[m.record.id], m.similarity)
@@ -194,18 +208,31 @@ async def _recall_as_of(
     ]
     close.sort(key=lambda pair: -pair[1])
     profile = _profile(close[: max(3, req.top_k // 3)], req)
-    fused = fuse(
-        [Hit(m.record.id, m.similarity, {}) for m in found if m.dense and m.similarity is not None],
-        [Hit(m.record.id, m.text_rank, {}) for m in found if m.text_rank is not None],
-        fusion_weights(rt.settings).legs,
-        pool,
-    )
+    fused = fuse_legs(_past_legs(found, context, records), fusion_weights(rt.settings), pool)
     best = max((h.score for h in fused), default=0.0)
     candidates = profile + [
         replace(_from_record(records[h.id], h.score / best if best > 0 else 0.0), pinned=False) for h in fused
     ]
     chosen, used, prompt = _packed(candidates, req, at, weights)
     return RecallResponse(memories=[_recalled(c) for c in chosen], prompt=prompt, tokens_used=used)
+
+
+def _past_legs(found: list[PastMatch], context: PastContext, records: dict[str, MemoryRecord]) -> Legs:
+    """The four legs of a past view, as the index would have answered them (fusion needs the same payload)."""
+    payloads = {
+        i: {"type": r.type.value, "has_context": bool(r.context), "source": {"session_id": r.source.session_id}}
+        for i, r in records.items()
+    }
+
+    def leg(pairs: Iterable[tuple[str, float]]) -> list[Hit]:
+        return [Hit(i, score, payloads[i]) for i, score in pairs if i in payloads]
+
+    return Legs(
+        dense=leg((m.record.id, m.similarity) for m in found if m.dense and m.similarity is not None),
+        sparse=leg((m.record.id, m.text_rank) for m in found if m.text_rank is not None),
+        dense_ctx=leg(context.dense),
+        sparse_ctx=leg(context.lexical),
+    )
 
 
 def _asks_questions(req: RecallRequest) -> bool:

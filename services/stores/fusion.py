@@ -11,17 +11,19 @@ Recall has four legs and a session cue (services.stores.vector):
 
     own     = wd·n(dense)     + ws·n(bm25)         the memory's own text
     context = wd·n(dense_ctx) + ws·n(bm25_ctx)     an exchange with the turns before it
-    total   = own + w_ctx·context + w_session·session
+    base    = own + w_ctx·context
+    total   = base + w_session·session
 
 The context legs find the turn that answers a question whose words were in
 the turn before it ("did you go?" – "yes, last May"); the memory returned is
 still the turn alone. A memory that has no context legs (an episode, a fact,
 an exchange that opened its session) is scored on its own text for both, so
 types without context are not pushed down by the legs they cannot be in.
-`session` is the best own score of an episode (our session-level memory) of
-the hit's session among the hits: a turn of the session the query is about
-gains, an episode itself does not gain from itself. With w_ctx = w_session = 0
-this is the two-leg fusion of the own text alone.
+`session` is how well the hit's conversation matches: the best base score
+of any hit of the same session, over the best session's (1 for the best
+session): a turn of the conversation the question is about gains over an
+equally close turn of another. With w_ctx = w_session = 0 this is the
+two-leg fusion of the own text alone.
 """
 
 from __future__ import annotations
@@ -31,8 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.stores.vector import Hit, Legs
-
-EPISODE = "episode"
 
 
 @dataclass(frozen=True)
@@ -100,20 +100,20 @@ def fused_scores(legs: Legs, f: RecallFusion, payloads: Mapping[str, Mapping[str
     """The total of every id any leg returned (see the module doc)."""
     own = weighted(legs.dense, legs.sparse, f.legs)
     ctx = weighted(legs.dense_ctx, legs.sparse_ctx, f.legs)
-    sessions: dict[str, float] = {}
-    if f.session:
-        for i, score in own.items():
-            payload = payloads[i]
-            if payload.get("type") == EPISODE and (sid := session_of(payload)) is not None:
-                sessions[sid] = max(sessions.get(sid, 0.0), score)
     totals: dict[str, float] = {}
     for i in {*own, *ctx}:
-        payload = payloads[i]
         mine = own.get(i, 0.0)
-        total = mine + f.context * ctx.get(i, 0.0 if has_context(payload) else mine)
-        if sessions and payload.get("type") != EPISODE and (sid := session_of(payload)) is not None:
-            total += f.session * sessions.get(sid, 0.0)
-        totals[i] = total
+        totals[i] = mine + f.context * ctx.get(i, 0.0 if has_context(payloads[i]) else mine)
+    if f.session:
+        best: dict[str, float] = {}
+        for i, score in totals.items():
+            if (sid := session_of(payloads[i])) is not None:
+                best[sid] = max(best.get(sid, 0.0), score)
+        top = max(best.values(), default=0.0)
+        if top > 0:
+            for i in totals:
+                if (sid := session_of(payloads[i])) is not None:
+                    totals[i] += f.session * best[sid] / top
     return totals
 
 

@@ -177,8 +177,8 @@ class EdgeIndex:
         weights: RecallFusion = DEFAULT_FUSION,
         depth: int = 0,
     ) -> list[Hit]:
-        """The legs (each `depth` deep, at least `limit`) fused here (services.stores.fusion)."""
-        return fuse_legs(await self.legs(scope, dense, sparse, max(limit, depth)), weights, limit)
+        """The legs (each `depth` deep; 0: `limit`) fused here (services.stores.fusion), the best `limit`."""
+        return fuse_legs(await self.legs(scope, dense, sparse, depth or limit), weights, limit)
 
     async def context_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
         if not ids:

@@ -22,6 +22,7 @@ from services.rebuild.index import edge_path, rebuild_edge
 from services.rebuild.progress import Progress
 from services.rebuild.store import StoreTally, apply_changes
 from services.stores.postgres import MemoryWriter, PgPool
+from services.stores.postgres.past_context import context_legs_as_of
 from services.stores.qdrant_edge_index import EdgeIndex
 from services.stores.qdrant_server_index import ServerIndex
 from services.stores.vector import Bm25Encoder, Scope
@@ -147,3 +148,23 @@ async def test_an_index_from_before_context_vectors_is_refused_with_what_to_do(t
     with pytest.raises(StackError, match="memstream rebuild index"):
         await server.ensure(3)
     await server.close()
+
+
+async def test_a_past_view_has_the_context_legs_of_the_exchanges_visible_then(pool: PgPool) -> None:
+    writer = MemoryWriter()
+    answer = embedded(exchange(2, "Yes, on Friday.", ["Did you go to the concert?"]), 1)
+    later = embedded(exchange(4, "Also on Sunday.", ["Any other concert plans?"]), 2)
+    later = later.model_copy(
+        update={"candidate": later.candidate.model_copy(update={"observed_at": NOW + timedelta(days=3)})}
+    )
+    async with pool.transaction("t") as conn:
+        for item in (answer, later):
+            await apply_candidate(writer, conn, item, NOW)
+    assert answer.context_vector is not None
+    past = await context_legs_as_of(pool, "t", "u", answer.context_vector, "concert", NOW + timedelta(days=1), limit=10)
+    ids = {answer.candidate.candidate_id}
+    assert [i for i, _ in past.dense] == [answer.candidate.candidate_id]  # the later turn was not said yet
+    assert past.dense[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert {i for i, _ in past.lexical} == ids  # "concert" is only in the context
+    assert set(past.records) == ids
+    assert past.records[answer.candidate.candidate_id].context == ["Did you go to the concert?"]

@@ -90,3 +90,22 @@ def test_pack_never_exceeds_budget_or_top_k(texts: list[str], top_k: int, budget
     assert used <= budget
     assert used == sum(count_tokens(c.text) + 3 for c in chosen)
     assert len({c.id for c in chosen}) == len(chosen)
+
+
+def test_a_memory_taken_from_a_turn_the_answer_holds_is_left_out_for_something_new() -> None:
+    def from_turns(cid: str, type_: str, *events: str) -> Candidate:
+        return Candidate(**{**cand(cid).__dict__, "type": type_, "source": {"event_ids": list(events)}})
+
+    ranked = [
+        from_turns("turn", "exchange", "e1"),
+        from_turns("its question", "question", "e1"),
+        from_turns("its preference", "preference", "e1"),
+        from_turns("an episode over it", "episode", "e1", "e2"),
+        from_turns("a fact from another turn", "fact", "e3"),
+        from_turns("the same turn again", "exchange", "e1"),
+    ]
+    chosen, _ = pack(ranked, top_k=10, token_budget=1000)
+    assert [c.id for c in chosen] == ["turn", "an episode over it", "a fact from another turn", "the same turn again"]
+    # Ranked above the turn, a memory from it stays: only what comes after the turn is redundant.
+    chosen, _ = pack([ranked[1], ranked[0]], top_k=10, token_budget=1000)
+    assert [c.id for c in chosen] == ["its question", "turn"]
