@@ -27,6 +27,10 @@ SECTION_TITLES: dict[MemoryLayer, str] = {
     MemoryLayer.EPISODIC: "RECENT SESSIONS",
 }
 _WORD = re.compile(r"\w+")
+# Memory types that restate turns (a question asked in one, a preference stated in one, an episode
+# summarising some): next to those turns' exchanges they add nothing. A keyed fact is kept: it is the
+# current value (a later move supersedes it, while the turn that said the old one stays an exchange).
+REDUNDANT_NEXT_TO_TURN = frozenset(t.value for t in MemoryType) - {MemoryType.EXCHANGE.value, MemoryType.FACT.value}
 
 
 @dataclass(frozen=True)
@@ -129,9 +133,10 @@ def source_events(c: Candidate) -> frozenset[str]:
 def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[Candidate], int]:
     """Greedy by rank: a memory that does not fit is skipped, smaller ones may still fit.
 
-    A memory taken from turns the answer already holds as exchanges (a fact,
-    preference or question from that very turn) is skipped too: the turn
-    says it already, and the slot and the tokens go to something new.
+    A memory taken only from turns the answer already holds as exchanges (a
+    preference or question from that very turn, an episode of those turns;
+    REDUNDANT_NEXT_TO_TURN) is skipped too: the turns say it already, and the
+    slot and the tokens go to something new.
     """
     chosen: list[Candidate] = []
     used = 0
@@ -145,7 +150,7 @@ def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[C
         if used + cost(c) > token_budget:
             continue
         events = source_events(c)
-        if c.type != MemoryType.EXCHANGE.value and events and events <= turns:
+        if c.type in REDUNDANT_NEXT_TO_TURN and events and events <= turns:
             continue
         chosen.append(c)
         seen.add(c.id)

@@ -106,6 +106,9 @@ def test_a_memory_taken_from_a_turn_the_answer_holds_is_left_out_for_something_n
     ]
     chosen, _ = pack(ranked, top_k=10, token_budget=1000)
     assert [c.id for c in chosen] == ["turn", "an episode over it", "a fact from another turn", "the same turn again"]
+    # A keyed fact from the turn stays: it is the current value, the turn may be an old one.
+    chosen, _ = pack([ranked[0], from_turns("its fact", "fact", "e1")], top_k=10, token_budget=1000)
+    assert [c.id for c in chosen] == ["turn", "its fact"]
     # Ranked above the turn, a memory from it stays: only what comes after the turn is redundant.
     chosen, _ = pack([ranked[1], ranked[0]], top_k=10, token_budget=1000)
     assert [c.id for c in chosen] == ["its question", "turn"]
