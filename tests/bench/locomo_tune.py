@@ -240,7 +240,7 @@ def variants(base: Settings) -> Iterator[tuple[str, Settings]]:
 
 
 def bm25_variants(base: Settings) -> Iterator[tuple[str, Settings]]:
-    yield "bm25 default", base
+    yield "bm25 defaults", base
     for b in (0.4, 0.75):
         for avg in (15.0, 40.0):
             yield f"bm25 b={b} avg_len={avg}", base.model_copy(update={"recall_bm25_b": b, "recall_bm25_avg_len": avg})
@@ -263,17 +263,18 @@ async def grid(
     print(
         f"{len(rows)} memories, {len(questions)} questions, asked {'a day after each conversation' if at_end else 'now'}"
     )
-    for label, bm25_settings in bm25_variants(base):
-        await _legs(questions, rows, Bm25Encoder.from_settings(bm25_settings), depth or base.recall_leg_depth)
-        print(label, json.dumps(figures(evaluate(questions, bm25_settings, now), answers)))
-        if bm25_only:
+    depth = max(depth or base.recall_leg_depth, TOP_K)  # as recall reads the legs (recall.leg_depth)
+    # The BM25 settings change the index: one build per setting; the others only what recall does after it.
+    for label, bm25_settings in bm25_variants(base) if bm25_only else [("defaults", base)]:
+        await _legs(questions, rows, Bm25Encoder.from_settings(bm25_settings), depth)
+        print(f"{label}: {json.dumps(figures(evaluate(questions, bm25_settings, now), answers))}")
+    if bm25_only:
+        return
+    for name, settings in variants(base):
+        if only and not any(o in name for o in only):
             continue
-        for name, settings in variants(bm25_settings):
-            if only and not any(o in name for o in only):
-                continue
-            lines = evaluate(questions, settings, now, zero_context="get 0" in name)
-            print(f"  {name}: {json.dumps(figures(lines, answers))}")
-        break
+        lines = evaluate(questions, settings, now, zero_context="get 0" in name)
+        print(f"  {name}: {json.dumps(figures(lines, answers))}")
 
 
 def main() -> None:
