@@ -94,11 +94,13 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
         fresh_budget,
         lambda o: pipeline.freshness(url, kafka, plan.fresh_rate, plan.fresh_seconds, o, headers=headers),
     )
+    # The recall figures need every seeded memory stored and indexed (and the pipeline quiet): a seed still
+    # draining would share the cores with the recall load. 100,000 memories took ~370 s at ~270/s.
     await _stage(
         results,
         "seed",
-        480,
-        lambda o: recall_load.seed(url, kafka, plan.memories, plan.load_users, 450, o),
+        930,
+        lambda o: recall_load.seed(url, kafka, plan.memories, plan.load_users, 900, o),
     )
     # Single-client and concurrent recall, repeated and fresh queries, against one bare query embedding.
     await _stage(
