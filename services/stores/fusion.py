@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.stores.vector import Hit, Legs
+from services.stores.vector import Hit, Legs, Scope, Sparse
 
 
 @dataclass(frozen=True)
@@ -121,3 +121,22 @@ def fuse_legs(legs: Legs, f: RecallFusion, limit: int) -> list[Hit]:
     """The four legs and the session cue as one list, best total first (ties by id)."""
     payloads = {h.id: h.payload for leg in (legs.sparse_ctx, legs.dense_ctx, legs.sparse, legs.dense) for h in leg}
     return _ordered(fused_scores(legs, f, payloads), payloads, limit)
+
+
+class FusedSearch:
+    """`search` for an index engine that answers `legs`: the one fusion both engines share."""
+
+    async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs:
+        raise NotImplementedError
+
+    async def search(
+        self,
+        scope: Scope,
+        dense: list[float],
+        sparse: Sparse,
+        limit: int,
+        weights: RecallFusion = DEFAULT_FUSION,
+        depth: int = 0,
+    ) -> list[Hit]:
+        """The legs (each `depth` deep; 0: `limit`) fused here, the best `limit`."""
+        return fuse_legs(await self.legs(scope, dense, sparse, depth or limit), weights, limit)

@@ -22,7 +22,7 @@ from uuid import UUID
 import qdrant_edge as qe
 
 from services.errors import StackError
-from services.stores.fusion import DEFAULT_FUSION, RecallFusion, fuse_legs
+from services.stores.fusion import FusedSearch
 from services.stores.qdrant_errors import qdrant_call
 from services.stores.vector import (
     DENSE,
@@ -81,7 +81,7 @@ def _vectors(p: IndexedMemory) -> dict[str, Any]:
     return {name: _query(vec) for name, vec in p.named_vectors().items()}
 
 
-class EdgeIndex:
+class EdgeIndex(FusedSearch):
     def __init__(self, path: Path) -> None:
         self._path = path
         self._shard: qe.EdgeShard | None = None
@@ -167,18 +167,6 @@ class EdgeIndex:
         found = await self._on_owner("search", lambda: [shard.query(r) for r in requests])
         hits = [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points] for points in found]
         return as_legs([name for name, _ in queries], hits)
-
-    async def search(
-        self,
-        scope: Scope,
-        dense: list[float],
-        sparse: Sparse,
-        limit: int,
-        weights: RecallFusion = DEFAULT_FUSION,
-        depth: int = 0,
-    ) -> list[Hit]:
-        """The legs (each `depth` deep; 0: `limit`) fused here (services.stores.fusion), the best `limit`."""
-        return fuse_legs(await self.legs(scope, dense, sparse, depth or limit), weights, limit)
 
     async def context_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
         if not ids:

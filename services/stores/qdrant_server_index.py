@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from qdrant_client import AsyncQdrantClient, models
 
 from services.errors import StackError
-from services.stores.fusion import DEFAULT_FUSION, RecallFusion, fuse_legs
+from services.stores.fusion import FusedSearch
 from services.stores.qdrant_errors import qdrant_call
 from services.stores.vector import (
     DENSE,
@@ -61,7 +61,7 @@ def _vectors(p: IndexedMemory) -> dict[str, list[float] | models.SparseVector]:
     return {name: _query(vec) for name, vec in p.named_vectors().items()}
 
 
-class ServerIndex:
+class ServerIndex(FusedSearch):
     def __init__(self, url: str, collection: str) -> None:
         self._client = AsyncQdrantClient(location=":memory:") if url == ":memory:" else AsyncQdrantClient(url=url)
         self._collection = collection
@@ -132,18 +132,6 @@ class ServerIndex:
             found = await self._client.query_batch_points(self._collection, requests=requests)
         hits = [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in leg.points] for leg in found]
         return as_legs([name for name, _ in queries], hits)
-
-    async def search(
-        self,
-        scope: Scope,
-        dense: list[float],
-        sparse: Sparse,
-        limit: int,
-        weights: RecallFusion = DEFAULT_FUSION,
-        depth: int = 0,
-    ) -> list[Hit]:
-        """The legs (each `depth` deep; 0: `limit`) fused here (services.stores.fusion), the best `limit`."""
-        return fuse_legs(await self.legs(scope, dense, sparse, depth or limit), weights, limit)
 
     async def context_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
         if not ids:

@@ -45,7 +45,8 @@ async def _seed(api: LiveApi, user: str) -> dict[str, str]:
     ids: dict[str, str] = {}
     changes: list[MemoryChange] = []
     async with rt.pg.transaction("seed") as conn:
-        for (name, type_, text, extra), vector in zip(MEMORIES, vectors, strict=True):
+        for (name, type_, text, fields), vector in zip(MEMORIES, vectors, strict=True):
+            extra = dict(fields)  # popped below: MEMORIES must stay as written for the next seeding
             ids[name] = stable_id("api-test", user, name)
             record = MemoryRecord(
                 id=ids[name],
