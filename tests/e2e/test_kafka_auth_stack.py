@@ -87,8 +87,12 @@ async def test_a_chat_service_with_its_own_user_sends_a_turn_that_becomes_a_memo
         lambda: [m for m in secure_stack.memories(TENANT, user) if "aisle" in m["text"]], 90, "memory from the turn"
     )
     assert found
+    # Postgres holds the memory before the index does: recall finds it once the index sink has it.
     # Recall sends access marks to memory.commands: the read service's producer authenticates too.
-    assert secure_stack.recall(TENANT, user, "which seat does ann like?")["memories"]
+    recalled = wait_for(
+        lambda: secure_stack.recall(TENANT, user, "which seat does ann like?")["memories"], 60, "recall of the memory"
+    )
+    assert any("aisle" in m["text"] for m in recalled)
     wait_for(lambda: _marks_sent(secure_stack) > 0, 30, "access marks sent")
 
 
