@@ -156,17 +156,33 @@ class EdgeIndex(FusedSearch):
         return versions_in_scope(((str(r.id), r.payload) for r in records), tenant_id, user_id)
 
     async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs:
-        """Every leg in one call on the owner thread (one queue slot, one hop off the event loop)."""
+        """Every leg in one call on the owner thread (one queue slot, one hop off the event loop).
+
+        The legs are planned as one batch and return ids and scores only; the
+        payloads are then read once per distinct point. Reading payloads is
+        most of a query's cost, and the legs return many points twice (a
+        point near the query is near it in more than one leg).
+        """
         flt = _scope_filter(scope)
         queries = leg_queries(dense, sparse)
-        requests = [
-            qe.QueryRequest(limit=limit, query=qe.Query.Nearest(_query(q), using=name), filter=flt, with_payload=True)
-            for name, q in queries
-        ]
+        batch = qe.QueryBatchRequest(
+            [
+                qe.QueryRequest(
+                    limit=limit, query=qe.Query.Nearest(_query(q), using=name), filter=flt, with_payload=False
+                )
+                for name, q in queries
+            ]
+        )
         shard = self.shard
-        found = await self._on_owner("search", lambda: [shard.query(r) for r in requests])
-        hits = [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points] for points in found]
-        return as_legs([name for name, _ in queries], hits)
+
+        def search() -> list[list[Hit]]:
+            scored = [[(str(p.id), float(p.score)) for p in points] for points in shard.query_batch(batch)]
+            wanted: list[int | UUID | str] = list({pid for leg in scored for pid, _ in leg})
+            payloads = {str(r.id): dict(r.payload or {}) for r in shard.retrieve(wanted, True, False)}
+            # Both reads run in this one call on the owner thread: no update comes between them.
+            return [[Hit(pid, score, payloads[pid]) for pid, score in leg if pid in payloads] for leg in scored]
+
+        return as_legs([name for name, _ in queries], await self._on_owner("search", search))
 
     async def context_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
         if not ids:

@@ -617,6 +617,47 @@ def test_qdrant_edge_runs_on_avx2(emulated_cpu: dict[str, bool], tmp_path: Path)
 # --- 5. every compiled extension of the runtime dependencies -------------------
 
 
+def _child_event_loop() -> None:
+    """A request over loopback on uvloop's loop, parsed by httptools: what the read service does per request."""
+    import asyncio
+
+    import httptools
+    import uvloop
+
+    parsed: dict[str, Any] = {}
+
+    class Request:
+        def on_url(self, url: bytes) -> None:
+            parsed["url"] = url.decode()
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            parsed[name.decode().lower()] = value.decode()
+
+    async def main() -> str:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            httptools.HttpRequestParser(Request()).feed_data(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(b"ok")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/recall HTTP/1.1\r\nHost: memstream\r\n\r\n")
+        reply = await reader.read()
+        server.close()
+        return type(asyncio.get_running_loop()).__module__ + ":" + reply.decode()
+
+    _emit({"loop": uvloop.run(main()), **parsed})
+
+
+def test_uvloop_and_httptools_serve_on_avx2(emulated_cpu: dict[str, bool]) -> None:
+    started = time.monotonic()
+    result = run_child("_child_event_loop", emulated=True, timeout=300)
+    assert result == {"loop": "uvloop:ok", "url": "/v1/recall", "host": "memstream"}
+    _report("uvloop + httptools request", time.monotonic() - started)
+
+
 def _runtime_distributions() -> list[str]:
     """memstream's dependencies, transitively, with requested extras (psycopg[binary]); no dev tools."""
     from importlib.metadata import PackageNotFoundError, distribution
@@ -688,6 +729,9 @@ def test_runtime_extension_modules_import_on_avx2(emulated_cpu: dict[str, bool])
         "cryptography.hazmat.bindings._rust",
         "_cffi_backend",
         "Stemmer",
+        # Issue 11: the read service's event loop and HTTP parser.
+        "uvloop.loop",
+        "httptools.parser.parser",
     }
     assert key <= set(native["imported"]), f"expected extension modules missing on the host: {native['failed']}"
     lost = sorted(set(native["imported"]) - set(emulated["imported"]))
