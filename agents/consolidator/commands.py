@@ -184,9 +184,7 @@ async def _mark(
     if not marked:
         await _store.release(conn, tenant_id, user_id, [c.command_id for c in new])
     causes = [c.command_id for c in new]
-    await applied.direct(
-        [plan.change(record, ChangeOp.UPDATED, vector, causes, now, ACCESS_REASON) for record, vector in marked]
-    )
+    await applied.direct([plan.change(record, ChangeOp.UPDATED, None, causes, now, ACCESS_REASON) for record in marked])
 
 
 async def _apply_one(

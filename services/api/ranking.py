@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -97,26 +97,40 @@ def access(access_count: int) -> float:
     return min(1.0, math.log1p(max(access_count, 0)) / math.log1p(ACCESS_SATURATION))
 
 
-def entity_match(query: str, entities: list[str]) -> float:
-    words = {w.lower() for w in _WORD.findall(query)}
-    return 1.0 if any(e.lower() in words or e.lower() in query.lower() for e in entities) else 0.0
+class QueryTerms:
+    """The query as entity matching reads it, worked out once per recall rather than once per candidate."""
+
+    def __init__(self, query: str) -> None:
+        self.lowered = query.lower()
+        self.words = {w.lower() for w in _WORD.findall(query)}
+
+    def names_any(self, entities: list[str]) -> float:
+        """1 when the query names one of the entities (as a word or inside a longer name), else 0."""
+        return 1.0 if any((e := name.lower()) in self.words or e in self.lowered for name in entities) else 0.0
 
 
-def score(c: Candidate, query: str, now: datetime, weights: Weights) -> Candidate:
+def score(c: Candidate, terms: QueryTerms, now: datetime, weights: Weights) -> Candidate:
     signals = {
         "similarity": c.similarity,
         "recency": recency(c.observed_at, now, c.last_accessed_at),
         "importance": c.importance,
         "access": access(c.access_count),
-        "entity": entity_match(query, c.entities),
+        "entity": terms.names_any(c.entities) if c.entities else 0.0,
     }
-    total = sum(getattr(weights, k) * v for k, v in signals.items())
-    return Candidate(**{**c.__dict__, "signals": signals, "score": total})
+    total = (
+        weights.similarity * signals["similarity"]
+        + weights.recency * signals["recency"]
+        + weights.importance * signals["importance"]
+        + weights.access * signals["access"]
+        + weights.entity * signals["entity"]
+    )
+    return replace(c, signals=signals, score=total)
 
 
 def rank(candidates: list[Candidate], query: str, now: datetime, weights: Weights) -> list[Candidate]:
     """Pinned (profile) memories keep their order ahead of the scored rest."""
-    scored = [score(c, query, now, weights) for c in candidates]
+    terms = QueryTerms(query)
+    scored = [score(c, terms, now, weights) for c in candidates]
     pinned = [c for c in scored if c.pinned]
     rest = sorted((c for c in scored if not c.pinned), key=lambda c: (-c.score, c.id))
     return pinned + rest
@@ -147,14 +161,15 @@ def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[C
             break
         if c.id in seen:
             continue
-        if used + cost(c) > token_budget:
+        tokens = cost(c)
+        if used + tokens > token_budget:
             continue
         events = source_events(c)
         if c.type in REDUNDANT_NEXT_TO_TURN and events and events <= turns:
             continue
         chosen.append(c)
         seen.add(c.id)
-        used += cost(c)
+        used += tokens
         if c.type == MemoryType.EXCHANGE.value:
             turns |= events
     return chosen, used

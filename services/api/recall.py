@@ -44,7 +44,8 @@ def _from_record(record: MemoryRecord, similarity: float) -> Candidate:
     )
 
 
-def _from_hit(hit: Hit, best: float) -> Candidate:
+def _from_hit(hit: Hit, best: float, access_count: int, last_accessed_at: datetime | None) -> Candidate:
+    """A hit as a candidate; its access signals are Postgres's (current to the last mark; the payload may be older)."""
     p = hit.payload
     return Candidate(
         id=hit.id,
@@ -52,17 +53,12 @@ def _from_hit(hit: Hit, best: float) -> Candidate:
         text=str(p["text"]),
         similarity=hit.score / best if best > 0 else 0.0,
         importance=float(p.get("importance", 0.0)),
-        access_count=int(p.get("access_count", 0)),
+        access_count=access_count,
         observed_at=datetime.fromisoformat(str(p["observed_at"])),
         entities=list(p.get("entities") or []),
         source=dict(p.get("source") or {}),
-        last_accessed_at=_instant(p.get("last_accessed_at")),
+        last_accessed_at=last_accessed_at,
     )
-
-
-def _instant(value: object) -> datetime | None:
-    """An ISO 8601 payload field; absent (a point indexed before access marks existed) is None."""
-    return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 def fusion_weights(s: Settings) -> RecallFusion:
@@ -82,11 +78,6 @@ def leg_depth(s: Settings, req: RecallRequest) -> int:
 def _wanted(compressed: bool, req: RecallRequest) -> bool:
     """Compressed episodes (folded into a pattern) leave default recall; `include_compressed` brings them back."""
     return req.include_compressed or not compressed
-
-
-def _with_access(candidate: Candidate, count: int, last: datetime | None) -> Candidate:
-    """Access signals from Postgres, current to the last mark (the index payload may be older)."""
-    return replace(candidate, access_count=count, last_accessed_at=last)
 
 
 def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest) -> list[Candidate]:
@@ -144,7 +135,7 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     hits = [h for h in hits if h.id in live and _wanted(bool(h.payload.get("compressed", False)), req)]
     best = max((h.score for h in hits), default=0.0)
     profile = _profile(reads.profile, req)
-    candidates = profile + [_with_access(_from_hit(h, best), *live[h.id]) for h in hits]
+    candidates = profile + [_from_hit(h, best, *live[h.id]) for h in hits]
     chosen, used, prompt = _packed(candidates, req, now, weights)
     window = _window(req.session_id, reads.window) if req.session_id else None
     open_ids, extra = _open_questions(req, chosen, reads.questions)

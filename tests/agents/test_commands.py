@@ -81,7 +81,8 @@ async def test_access_marks_count_once_per_command_for_the_users_own_active_rows
     assert unknown not in rows
     assert h.sink("dlq").reasons() == [b"schema_violation"]
     assert {(c["op"], c["record"]["id"]) for c in changes} == {("updated", mine)}
-    assert all(c["vector"] == VECTOR and c["tenant_id"] == "t" and c["user_id"] == "u" for c in changes)
+    # An access changes no embedding: its change carries none (the store keeps its own).
+    assert all(c["vector"] is None and c["tenant_id"] == "t" and c["user_id"] == "u" for c in changes)
     assert {key for key, _, _ in h.sink("changes").sent} == {b"t:u"}
 
     # Redelivered commands change nothing; a new one counts.

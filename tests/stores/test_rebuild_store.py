@@ -137,12 +137,11 @@ async def live_history(pool: PgPool, backup: list[dict[str, Any]] | None = None)
                 user_id="ann",
                 op=ChangeOp.UPDATED,
                 record=record,
-                vector=vector,
                 cause=["mark"],
                 committed_at=T0,
                 reason=ACCESS_REASON,
             )
-            for record, vector in marked
+            for record in marked
         ]
         sealed = await seal_changes(KeyStore(pool, MASTER), conn, marks)
     published.extend((change, value) for change, (_, value) in zip(marks, sealed, strict=True))

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from schemas import MemoryRecord
 from services.stores.postgres.pool import Conn
-from services.stores.postgres.records import RECORD_COLUMNS, record_from_row, vector_floats
+from services.stores.postgres.records import RECORD_COLUMNS, record_from_row
 
 # Qualified, because the UPDATE below joins a set of rows that also has an id.
 _RETURNED = ", ".join(f"m.{column.strip()}" for column in RECORD_COLUMNS.split(","))
@@ -54,13 +54,15 @@ class CommandStore:
 
     async def mark_accessed(
         self, conn: Conn, tenant_id: str, user_id: str, accesses: Sequence[Access], now: datetime
-    ) -> list[tuple[MemoryRecord, list[float] | None]]:
-        """Add each access to the user's active rows; the changed records with their vectors.
+    ) -> list[MemoryRecord]:
+        """Add each access to the user's active rows; the changed records.
 
         Ids not found (another user's, deleted, no longer active) change
         nothing. `last_accessed_at` only moves forward, so marks applied out of
-        order still leave the latest access. The vector comes back so the
-        published change keeps the memory in the index.
+        order still leave the latest access. No embedding comes back: an
+        access changes none, and its change goes out without one (a store
+        rebuilt from the log keeps the embedding it has; the index skips
+        access changes, recall reads access from here).
         """
         if not accesses:
             return []
@@ -70,7 +72,7 @@ class CommandStore:
                   version = m.version + 1, updated_at = %s
                 FROM unnest(%s::text[], %s::int[], %s::timestamptz[]) AS a(mid, hits, seen_at)
                 WHERE m.tenant_id = %s AND m.user_id = %s AND m.id = a.mid AND m.status = 'active'
-                RETURNING {_RETURNED}, m.embedding""",
+                RETURNING {_RETURNED}""",
             (
                 now,
                 [a.memory_id for a in accesses],
@@ -80,8 +82,7 @@ class CommandStore:
                 user_id,
             ),
         )
-        rows = await cur.fetchall()
-        return [(record_from_row(r), vector_floats(r["embedding"])) for r in rows]
+        return [record_from_row(r) for r in await cur.fetchall()]
 
     async def release(self, conn: Conn, tenant_id: str, user_id: str, command_ids: Sequence[str]) -> None:
         """Drop claims of commands that changed nothing (access marks for memories no longer there).
