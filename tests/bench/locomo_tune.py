@@ -190,7 +190,8 @@ def evaluate(
         legs = q.legs if not zero_context else _all_in_context(q.legs)
         hits = fuse_legs(legs, fusion, pool)
         best = max((h.score for h in hits), default=0.0)
-        candidates = _profile(q.profile, req) + [_from_hit(h, best) for h in hits]
+        # The dev set is replayed and asked without access marks: no memory has been accessed.
+        candidates = _profile(q.profile, req) + [_from_hit(h, best, 0, None) for h in hits]
         chosen, _, _ = _packed(candidates, req, now[q.sample_id], weights)
         memories = [
             {

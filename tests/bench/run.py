@@ -100,7 +100,7 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
         results,
         "seed",
         930,
-        lambda o: recall_load.seed(url, kafka, plan.memories, plan.load_users, 900, o),
+        lambda o: recall_load.seed(url, kafka, stack_settings(stack).pg_dsn, plan.memories, plan.load_users, 900, o),
     )
     # Single-client and concurrent recall, repeated and fresh queries, against one bare query embedding.
     await _stage(
