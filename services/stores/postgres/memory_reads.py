@@ -19,7 +19,7 @@ from services.stores.postgres.windows import WORKING_WINDOW_SQL
 # observed by then, and either still active, or retired (superseded, merged; pruned: `updated_at` is when
 # maintenance pruned it, nothing touches a pruned row after) only after it. Deleted rows, and any
 # status this rule does not know, are never shown again: deleting is how a user takes something back.
-_ACTIVE_AT = """observed_at <= %(at)s AND CASE status
+ACTIVE_AT = """observed_at <= %(at)s AND CASE status
         WHEN 'active' THEN true
         WHEN 'superseded' THEN COALESCE(superseded_at, updated_at) > %(at)s
         WHEN 'merged' THEN COALESCE(superseded_at, updated_at) > %(at)s
@@ -28,7 +28,7 @@ _ACTIVE_AT = """observed_at <= %(at)s AND CASE status
     END"""
 # Any of the query's words, English-stemmed like the index's BM25: plainto_tsquery joins its lexemes
 # with ' & ' only (no other operator), so turning those into ' | ' is exactly "match any".
-_ANY_WORD = "replace(plainto_tsquery('english', %(text)s)::text, ' & ', ' | ')::tsquery"
+ANY_WORD = "replace(plainto_tsquery('english', %(text)s)::text, ' & ', ' | ')::tsquery"
 
 # The reads of a recall (README "Recall"); each is scoped by tenant and user, each is one statement so
 # `recall_reads` can send them together. Profile: keyed facts and preferences close to the query, scored
@@ -47,6 +47,22 @@ _OPEN_QUESTIONS_SQL = f"""SELECT {_RECORD_COLUMNS} FROM memories
     ORDER BY observed_at DESC, id LIMIT %(k)s"""
 
 Access = dict[str, tuple[int, datetime | None]]
+
+
+def as_of_params(
+    tenant_id: str, user_id: str, query: Sequence[float], text: str, at: datetime, types: Sequence[str], limit: int
+) -> dict[str, Any]:
+    """The parameters of a point-in-time read (ACTIVE_AT, ANY_WORD): the own legs here, the context ones in
+    past_context.py."""
+    return {
+        "t": tenant_id,
+        "u": user_id,
+        "at": at,
+        "types": list(types),
+        "q": np.asarray(query, dtype=np.float32),
+        "text": text,
+        "k": limit,
+    }
 
 
 def _profile(rows: list[dict[str, Any]]) -> list[tuple[MemoryRecord, float]]:
@@ -177,7 +193,7 @@ class MemoryReader:
             cur = await conn.execute(
                 f"""WITH visible AS (
                         SELECT {_RECORD_COLUMNS}, embedding FROM memories
-                        WHERE tenant_id = %(t)s AND user_id = %(u)s AND {_ACTIVE_AT}
+                        WHERE tenant_id = %(t)s AND user_id = %(u)s AND {ACTIVE_AT}
                           AND (cardinality(%(types)s::text[]) = 0 OR type = ANY(%(types)s::text[]))
                     ), dense AS (
                         SELECT id FROM visible
@@ -185,7 +201,7 @@ class MemoryReader:
                         ORDER BY embedding <=> %(q)s, id LIMIT %(k)s
                     ), lexical AS (
                         SELECT v.id, ts_rank(to_tsvector('english', v.text), w.query, 1) AS rank
-                        FROM visible v, (SELECT {_ANY_WORD} AS query) w
+                        FROM visible v, (SELECT {ANY_WORD} AS query) w
                         WHERE numnode(w.query) > 0 AND to_tsvector('english', v.text) @@ w.query
                         ORDER BY rank DESC, v.id LIMIT %(k)s
                     )
@@ -194,15 +210,7 @@ class MemoryReader:
                         THEN 1 - (v.embedding <=> %(q)s) END AS similarity
                     FROM visible v LEFT JOIN dense d ON d.id = v.id LEFT JOIN lexical l ON l.id = v.id
                     WHERE d.id IS NOT NULL OR l.id IS NOT NULL""",
-                {
-                    "t": tenant_id,
-                    "u": user_id,
-                    "at": at,
-                    "types": list(types),
-                    "q": np.asarray(query, dtype=np.float32),
-                    "text": text,
-                    "k": limit,
-                },
+                as_of_params(tenant_id, user_id, query, text, at, types, limit),
             )
             return [
                 PastMatch(record_from_row(r), r["similarity"], bool(r["in_dense"]), r["text_rank"])

@@ -2,7 +2,7 @@
 
 Live recall has four legs (services.stores.vector); `MemoryReader.recall_as_of`
 reads the two own ones from the rows supersession keeps. This reads the two
-context ones the same way, over the same rows (memory_reads._ACTIVE_AT): the
+context ones the same way, over the same rows (memory_reads.ACTIVE_AT): the
 best `limit` by cosine to the stored context embedding (pgvector), and the
 best `limit` by words of the context and the text (full-text ts_rank, as the
 own lexical leg; not BM25, as the index's). Only exchanges with context are
@@ -16,10 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import numpy as np
-
 from schemas import MemoryRecord
-from services.stores.postgres.memory_reads import _ACTIVE_AT, _ANY_WORD
+from services.stores.postgres.memory_reads import ACTIVE_AT, ANY_WORD, as_of_params
 from services.stores.postgres.pool import PgPool
 from services.stores.postgres.records import RECORD_COLUMNS, record_from_row
 
@@ -48,7 +46,7 @@ async def context_legs_as_of(
         cur = await conn.execute(
             f"""WITH visible AS (
                     SELECT {RECORD_COLUMNS}, context_embedding FROM memories
-                    WHERE tenant_id = %(t)s AND user_id = %(u)s AND cardinality(context) > 0 AND {_ACTIVE_AT}
+                    WHERE tenant_id = %(t)s AND user_id = %(u)s AND cardinality(context) > 0 AND {ACTIVE_AT}
                       AND (cardinality(%(types)s::text[]) = 0 OR type = ANY(%(types)s::text[]))
                 ), dense AS (
                     SELECT id, 1 - (context_embedding <=> %(q)s) AS score FROM visible
@@ -56,7 +54,7 @@ async def context_legs_as_of(
                     ORDER BY context_embedding <=> %(q)s, id LIMIT %(k)s
                 ), lexical AS (
                     SELECT v.id, ts_rank(d.doc, w.query, 1) AS score
-                    FROM visible v, (SELECT {_ANY_WORD} AS query) w,
+                    FROM visible v, (SELECT {ANY_WORD} AS query) w,
                          LATERAL (SELECT to_tsvector('english', array_to_string(v.context, ' ') || ' ' || v.text)) d(doc)
                     WHERE numnode(w.query) > 0 AND d.doc @@ w.query
                     ORDER BY score DESC, v.id LIMIT %(k)s
@@ -64,15 +62,7 @@ async def context_legs_as_of(
                 SELECT v.*, d.score AS dense_score, l.score AS lexical_score
                 FROM visible v LEFT JOIN dense d ON d.id = v.id LEFT JOIN lexical l ON l.id = v.id
                 WHERE d.id IS NOT NULL OR l.id IS NOT NULL""",
-            {
-                "t": tenant_id,
-                "u": user_id,
-                "at": at,
-                "types": list(types),
-                "q": np.asarray(query, dtype=np.float32),
-                "text": text,
-                "k": limit,
-            },
+            as_of_params(tenant_id, user_id, query, text, at, types, limit),
         )
         rows = await cur.fetchall()
     dense = sorted(((r["id"], float(r["dense_score"])) for r in rows if r["dense_score"] is not None), key=_best)
