@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,7 +16,7 @@ from services.config import Settings
 from services.embedding.query_cache import for_model as query_embeddings
 from services.runtime import Runtime
 from services.stores.fusion import FusionWeights, RecallFusion, fuse_legs
-from services.stores.postgres.memory_reads import PastMatch
+from services.stores.postgres.memory_reads import LiveHit, PastMatch
 from services.stores.postgres.past_context import PastContext, context_legs_as_of
 from services.stores.vector import Hit, Legs, Scope
 
@@ -44,21 +43,33 @@ def _from_record(record: MemoryRecord, similarity: float) -> Candidate:
     )
 
 
-def _from_hit(hit: Hit, best: float, access_count: int, last_accessed_at: datetime | None) -> Candidate:
-    """A hit as a candidate; its access signals are Postgres's (current to the last mark; the payload may be older)."""
-    p = hit.payload
+def _from_hit(hit: LiveHit, similarity: float) -> Candidate:
     return Candidate(
         id=hit.id,
-        type=str(p["type"]),
-        text=str(p["text"]),
-        similarity=hit.score / best if best > 0 else 0.0,
-        importance=float(p.get("importance", 0.0)),
-        access_count=access_count,
-        observed_at=datetime.fromisoformat(str(p["observed_at"])),
-        entities=list(p.get("entities") or []),
-        source=dict(p.get("source") or {}),
-        last_accessed_at=last_accessed_at,
+        type=hit.type,
+        text=hit.text,
+        similarity=similarity,
+        importance=hit.importance,
+        access_count=hit.access_count,
+        observed_at=hit.observed_at,
+        entities=hit.entities,
+        source=hit.source,
+        last_accessed_at=hit.last_accessed_at,
     )
+
+
+def fused_candidates(
+    legs: Legs, live: Mapping[str, LiveHit], fusion: RecallFusion, req: RecallRequest, pool: int
+) -> list[Candidate]:
+    """The legs' hits that are live, fused, the best `pool` of those the request wants, as candidates.
+
+    Scores are normalised over the live hits only: a point the index still
+    holds but Postgres no longer does (superseded a moment ago) takes no place.
+    """
+    fused = fuse_legs(legs.restricted(live), fusion, live, pool)
+    hits = [(live[h.id], h.score) for h in fused if _wanted(live[h.id].compressed, req)]
+    best = max((score for _, score in hits), default=0.0)
+    return [_from_hit(hit, score / best if best > 0 else 0.0) for hit, score in hits]
 
 
 def fusion_weights(s: Settings) -> RecallFusion:
@@ -115,27 +126,22 @@ async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acces
     types = tuple(t.value for t in req.types) if req.types else ()
     scope = Scope(req.tenant_id, req.user_id, types)
     pool = max(req.top_k * 3, rt.settings.recall_candidates)
-    hits = await rt.index.search(
-        scope, dense, rt.bm25.query(req.query), pool, fusion_weights(rt.settings), leg_depth(rt.settings, req)
-    )
-    # The rest is one round trip to Postgres (services/stores/postgres/memory_reads.py): which hits are still
-    # active with their access (the index follows Postgres through memory.changes, so a fact superseded a
-    # moment ago is dropped here), the profile close to the query, the open questions, the working window.
+    legs = await rt.index.legs(scope, dense, rt.bm25.query(req.query), leg_depth(rt.settings, req))
+    # The rest is one round trip to Postgres (services/stores/postgres/memory_reads.py): the hits as they are
+    # now (the index answers ids and scores; it follows Postgres through memory.changes, so a fact superseded
+    # a moment ago is dropped here), the profile close to the query, the open questions, the working window.
     reads = await rt.reads.recall_reads(
         req.tenant_id,
         req.user_id,
-        hit_ids=[h.id for h in hits],
+        hit_ids=legs.ids(),
         query=dense,
         min_similarity=rt.settings.profile_min_similarity,
         profile_limit=max(3, req.top_k // 3),
         questions_limit=OPEN_QUESTIONS if _asks_questions(req) else 0,
         session_id=req.session_id,
     )
-    live = reads.access
-    hits = [h for h in hits if h.id in live and _wanted(bool(h.payload.get("compressed", False)), req)]
-    best = max((h.score for h in hits), default=0.0)
     profile = _profile(reads.profile, req)
-    candidates = profile + [_from_hit(h, best, *live[h.id]) for h in hits]
+    candidates = profile + fused_candidates(legs, reads.hits, fusion_weights(rt.settings), req, pool)
     chosen, used, prompt = _packed(candidates, req, now, weights)
     window = _window(req.session_id, reads.window) if req.session_id else None
     open_ids, extra = _open_questions(req, chosen, reads.questions)
@@ -199,24 +205,17 @@ async def _recall_as_of(
     ]
     close.sort(key=lambda pair: -pair[1])
     profile = _profile(close[: max(3, req.top_k // 3)], req)
-    fused = fuse_legs(_past_legs(found, context, records), fusion_weights(rt.settings), pool)
-    best = max((h.score for h in fused), default=0.0)
-    candidates = profile + [
-        replace(_from_record(records[h.id], h.score / best if best > 0 else 0.0), pinned=False) for h in fused
-    ]
+    live = {i: LiveHit.of(r) for i, r in records.items()}
+    candidates = profile + fused_candidates(_past_legs(found, context), live, fusion_weights(rt.settings), req, pool)
     chosen, used, prompt = _packed(candidates, req, at, weights)
     return RecallResponse(memories=[_recalled(c) for c in chosen], prompt=prompt, tokens_used=used)
 
 
-def _past_legs(found: list[PastMatch], context: PastContext, records: dict[str, MemoryRecord]) -> Legs:
-    """The four legs of a past view, as the index would have answered them (fusion needs the same payload)."""
-    payloads = {
-        i: {"type": r.type.value, "has_context": bool(r.context), "source": {"session_id": r.source.session_id}}
-        for i, r in records.items()
-    }
+def _past_legs(found: list[PastMatch], context: PastContext) -> Legs:
+    """The four legs of a past view, as the index would have answered them."""
 
     def leg(pairs: Iterable[tuple[str, float]]) -> list[Hit]:
-        return [Hit(i, score, payloads[i]) for i, score in pairs if i in payloads]
+        return [Hit(i, score) for i, score in pairs]
 
     return Legs(
         dense=leg((m.record.id, m.similarity) for m in found if m.dense and m.similarity is not None),

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from services.stores.vector import Hit, Legs, Scope, Sparse
+from services.stores.vector import Hit, Legs, Scope, Sparse, payload_versions
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def weighted(dense: Sequence[Hit], sparse: Sequence[Hit], weights: FusionWeights
     return {i: weights.dense * nd.get(i, 0.0) + weights.sparse * ns.get(i, 0.0) for i in {*nd, *ns}}
 
 
-def _ordered(scores: Mapping[str, float], payloads: Mapping[str, dict[str, Any]], limit: int) -> list[Hit]:
+def _ordered(scores: Mapping[str, float], payloads: Mapping[str, Mapping[str, Any]], limit: int) -> list[Hit]:
     """Best score first, ties by id (a stable order), the first `limit`."""
     fused = [Hit(i, s, payloads[i]) for i, s in scores.items()]
     fused.sort(key=lambda h: (-h.score, h.id))
@@ -85,49 +85,72 @@ def fuse(dense: Sequence[Hit], sparse: Sequence[Hit], weights: FusionWeights, li
     return _ordered(weighted(dense, sparse, weights), payloads, limit)
 
 
-def session_of(payload: Mapping[str, Any]) -> str | None:
-    source = payload.get("source")
-    session = source.get("session_id") if isinstance(source, Mapping) else None
-    return session if isinstance(session, str) else None
+class Traits(Protocol):
+    """What fusion needs to know of a memory besides its scores: a Postgres hit (recall) or an index payload."""
+
+    @property
+    def has_context(self) -> bool: ...  # in the context legs at all (an exchange with turns before it)
+
+    @property
+    def session_id(self) -> str | None: ...
 
 
-def has_context(payload: Mapping[str, Any]) -> bool:
-    """Whether the point is in the context legs at all (the sink's payload says so)."""
-    return bool(payload.get("has_context", False))
+@dataclass(frozen=True, slots=True)
+class PayloadTraits:
+    has_context: bool
+    session_id: str | None
+
+    @classmethod
+    def of(cls, payload: Mapping[str, Any]) -> PayloadTraits:
+        """From an index payload (services.stores.vector.IndexPayload)."""
+        source = payload.get("source")
+        session = source.get("session_id") if isinstance(source, Mapping) else None
+        return cls(bool(payload.get("has_context", False)), session if isinstance(session, str) else None)
 
 
-def fused_scores(legs: Legs, f: RecallFusion, payloads: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """The total of every id any leg returned (see the module doc)."""
+def payload_traits(legs: Legs) -> dict[str, PayloadTraits]:
+    """The traits of every hit of legs that carry payloads (Legs.with_payloads)."""
+    return {h.id: PayloadTraits.of(h.payload) for leg in legs.all() for h in leg}
+
+
+def fused_scores(legs: Legs, f: RecallFusion, traits: Mapping[str, Traits]) -> dict[str, float]:
+    """The total of every id any leg returned (see the module doc); every id must have traits."""
     own = weighted(legs.dense, legs.sparse, f.legs)
     ctx = weighted(legs.dense_ctx, legs.sparse_ctx, f.legs)
     totals: dict[str, float] = {}
     for i in {*own, *ctx}:
         mine = own.get(i, 0.0)
-        totals[i] = mine + f.context * ctx.get(i, 0.0 if has_context(payloads[i]) else mine)
+        totals[i] = mine + f.context * ctx.get(i, 0.0 if traits[i].has_context else mine)
     if f.session:
         best: dict[str, float] = {}
         for i, score in totals.items():
-            if (sid := session_of(payloads[i])) is not None:
+            if (sid := traits[i].session_id) is not None:
                 best[sid] = max(best.get(sid, 0.0), score)
         top = max(best.values(), default=0.0)
         if top > 0:
             for i in totals:
-                if (sid := session_of(payloads[i])) is not None:
+                if (sid := traits[i].session_id) is not None:
                     totals[i] += f.session * best[sid] / top
     return totals
 
 
-def fuse_legs(legs: Legs, f: RecallFusion, limit: int) -> list[Hit]:
-    """The four legs and the session cue as one list, best total first (ties by id)."""
-    payloads = {h.id: h.payload for leg in (legs.sparse_ctx, legs.dense_ctx, legs.sparse, legs.dense) for h in leg}
-    return _ordered(fused_scores(legs, f, payloads), payloads, limit)
+def fuse_legs(legs: Legs, f: RecallFusion, traits: Mapping[str, Traits], limit: int) -> list[Hit]:
+    """The four legs and the session cue as one list, best total first (ties by id); hits keep their payloads."""
+    payloads = {h.id: h.payload for leg in legs.all()[::-1] for h in leg}
+    return _ordered(fused_scores(legs, f, traits), payloads, limit)
 
 
 class FusedSearch:
-    """`search` for an index engine that answers `legs`: the one fusion both engines share."""
+    """What both index engines share on top of `legs` and `payloads`: fused search, payload versions."""
 
     async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs:
         raise NotImplementedError
+
+    async def payloads(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        raise NotImplementedError
+
+    async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]:
+        return payload_versions(await self.payloads(tenant_id, user_id, ids))
 
     async def search(
         self,
@@ -138,5 +161,10 @@ class FusedSearch:
         weights: RecallFusion = DEFAULT_FUSION,
         depth: int = 0,
     ) -> list[Hit]:
-        """The legs (each `depth` deep; 0: `limit`) fused here, the best `limit`."""
-        return fuse_legs(await self.legs(scope, dense, sparse, depth or limit), weights, limit)
+        """The legs (each `depth` deep; 0: `limit`) with their payloads, fused here: the best `limit`.
+
+        For tools and tests that want hits with payloads; recall reads what it shows from Postgres.
+        """
+        legs = await self.legs(scope, dense, sparse, depth or limit)
+        legs = legs.with_payloads(await self.payloads(scope.tenant_id, scope.user_id, legs.ids()))
+        return fuse_legs(legs, weights, payload_traits(legs), limit)

@@ -1,12 +1,20 @@
 """Qdrant Edge: the Qdrant engine in-process, for the embedded default.
 
 A shard directory has a single owner, which is why `memstream up` runs the
-worker and the read service in one process. Inside the process the shard
-has a single thread: every call (updates, queries, flush, close) runs on it,
-in arrival order. That keeps the engine off the event loop that six agents
-and the HTTP server share (a query over 100k points is milliseconds), makes
-the engine's thread-safety a non-question, and means a read never sees half
-of a batch.
+worker and the read service in one process. Inside the process, updates,
+payload reads, flush and close run on one owner thread, in arrival order:
+they keep the engine's writes off the event loop that six agents and the
+HTTP server share, and writes never overlap one another.
+
+Recall's legs are the exception: they run on the caller's loop. A batch of
+legs that reads no payload is a fraction of a millisecond and holds the GIL
+throughout (nothing else in the process could run meanwhile anyway), while
+a hop to the owner thread and back is two GIL hand-offs, each of which can
+wait a whole switch interval (5 ms) under concurrent recalls. At 8
+concurrent clients over 100k memories the hop cost a quarter of the
+throughput (make bench, issue 11). The engine takes concurrent reads and
+writes (Qdrant's segments are locked inside); a read may see part of a batch
+being upserted, each point whole.
 """
 
 from __future__ import annotations
@@ -37,8 +45,8 @@ from services.stores.vector import (
     Sparse,
     as_legs,
     leg_queries,
+    payloads_in_scope,
     require_scope,
-    versions_in_scope,
 )
 
 _KEYWORD_FIELDS = ("tenant_id", "user_id", "type", "status")
@@ -146,22 +154,23 @@ class EdgeIndex(FusedSearch):
         flt, shard = _user_filter(tenant_id, user_id), self.shard
         return int(await self._on_owner("count_scope", lambda: shard.count(qe.CountRequest(exact=True, filter=flt))))
 
-    async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]:
+    async def payloads(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         require_scope(tenant_id, user_id)
         if not ids:
             return {}
         shard = self.shard
         wanted: list[int | UUID | str] = list(ids)
-        records = await self._on_owner("versions", lambda: shard.retrieve(wanted, True, False))
-        return versions_in_scope(((str(r.id), r.payload) for r in records), tenant_id, user_id)
+        records = await self._on_owner("payloads", lambda: shard.retrieve(wanted, True, False))
+        return payloads_in_scope(((str(r.id), r.payload) for r in records), tenant_id, user_id)
 
     async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs:
-        """Every leg in one call on the owner thread (one queue slot, one hop off the event loop).
+        """Every leg as one batch on the caller's loop (see the module doc): ids and scores only.
 
-        The legs are planned as one batch and return ids and scores only; the
-        payloads are then read once per distinct point. Reading payloads is
-        most of a query's cost, and the legs return many points twice (a
-        point near the query is near it in more than one leg).
+        Reading payloads is most of what a query costs, and it is where the
+        engine lets go of the GIL and must wait to take it back (under
+        concurrent recalls, often a whole switch interval each time): recall
+        reads what it shows from Postgres instead, in the round trip it makes
+        anyway (services/api/recall.py).
         """
         flt = _scope_filter(scope)
         queries = leg_queries(dense, sparse)
@@ -173,16 +182,11 @@ class EdgeIndex(FusedSearch):
                 for name, q in queries
             ]
         )
-        shard = self.shard
-
-        def search() -> list[list[Hit]]:
-            scored = [[(str(p.id), float(p.score)) for p in points] for points in shard.query_batch(batch)]
-            wanted: list[int | UUID | str] = list({pid for leg in scored for pid, _ in leg})
-            payloads = {str(r.id): dict(r.payload or {}) for r in shard.retrieve(wanted, True, False)}
-            # Both reads run in this one call on the owner thread: no update comes between them.
-            return [[Hit(pid, score, payloads[pid]) for pid, score in leg if pid in payloads] for leg in scored]
-
-        return as_legs([name for name, _ in queries], await self._on_owner("search", search))
+        async with qdrant_call("search"):
+            found = self.shard.query_batch(batch)
+            return as_legs(
+                [name for name, _ in queries], [[Hit(str(p.id), float(p.score)) for p in leg] for leg in found]
+            )
 
     async def context_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
         if not ids:

@@ -7,6 +7,7 @@ client API (it is a brute-force engine, so never a serving option).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from qdrant_client import AsyncQdrantClient, models
 
@@ -26,8 +27,8 @@ from services.stores.vector import (
     Sparse,
     as_legs,
     leg_queries,
+    payloads_in_scope,
     require_scope,
-    versions_in_scope,
 )
 
 
@@ -112,25 +113,25 @@ class ServerIndex(FusedSearch):
         async with qdrant_call("count_scope"):
             return (await self._client.count(self._collection, count_filter=flt, exact=True)).count
 
-    async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]:
+    async def payloads(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         require_scope(tenant_id, user_id)
         if not ids:
             return {}
-        async with qdrant_call("versions"):
+        async with qdrant_call("payloads"):
             found = await self._client.retrieve(self._collection, ids=list(ids), with_payload=True, with_vectors=False)
-        return versions_in_scope(((str(p.id), p.payload) for p in found), tenant_id, user_id)
+        return payloads_in_scope(((str(p.id), p.payload) for p in found), tenant_id, user_id)
 
     async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs:
         """Every leg in one round trip (a batch query: the server runs them concurrently)."""
         flt = _scope_filter(scope)
         queries = leg_queries(dense, sparse)
         requests = [
-            models.QueryRequest(query=_query(q), using=name, filter=flt, limit=limit, with_payload=True)
+            models.QueryRequest(query=_query(q), using=name, filter=flt, limit=limit, with_payload=False)
             for name, q in queries
         ]
         async with qdrant_call("search"):
             found = await self._client.query_batch_points(self._collection, requests=requests)
-        hits = [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in leg.points] for leg in found]
+        hits = [[Hit(str(p.id), float(p.score)) for p in leg.points] for leg in found]
         return as_legs([name for name, _ in queries], hits)
 
     async def context_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:

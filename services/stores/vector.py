@@ -19,8 +19,9 @@ weights: `memstream rebuild index` re-encodes them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, Required, TypedDict
 
 if TYPE_CHECKING:
@@ -114,11 +115,16 @@ def require_scope(tenant_id: str, user_id: str) -> None:
         raise ValueError("a scope needs both tenant_id and user_id")
 
 
-@dataclass(frozen=True)
+NO_PAYLOAD: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
 class Hit:
+    """A point and its score; `payload` is empty where only ids and scores were asked for (`VectorIndex.legs`)."""
+
     id: str
     score: float
-    payload: dict[str, Any]
+    payload: Mapping[str, Any] = field(default_factory=lambda: NO_PAYLOAD)
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,21 @@ class Legs:
     sparse: list[Hit] = field(default_factory=list)
     dense_ctx: list[Hit] = field(default_factory=list)
     sparse_ctx: list[Hit] = field(default_factory=list)
+
+    def all(self) -> tuple[list[Hit], list[Hit], list[Hit], list[Hit]]:
+        return self.dense, self.sparse, self.dense_ctx, self.sparse_ctx
+
+    def ids(self) -> list[str]:
+        """Every point any leg returned, once each."""
+        return list({h.id: None for leg in self.all() for h in leg})
+
+    def restricted(self, keep: Container[str]) -> Legs:
+        """Only the hits whose id is in `keep` (the others dropped from each leg, the order kept)."""
+        return Legs(*([h for h in leg if h.id in keep] for leg in self.all()))
+
+    def with_payloads(self, payloads: Mapping[str, Mapping[str, Any]]) -> Legs:
+        """The hits that have a payload in `payloads`, carrying it."""
+        return Legs(*([Hit(h.id, h.score, payloads[h.id]) for h in leg if h.id in payloads] for leg in self.all()))
 
 
 def leg_queries(dense: list[float], sparse: Sparse) -> list[tuple[str, list[float] | Sparse]]:
@@ -170,9 +191,12 @@ class VectorIndex(Protocol):
     # The payload version of those of `ids` the index holds for this tenant and user:
     # how a client waiting on its own write sees that the index caught up.
     async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]: ...
-    # Every leg's top `limit`, tenant-, user- and status-filtered in the engine, in one call.
+    # The payloads of those of `ids` the index holds for this tenant and user.
+    async def payloads(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
+    # Every leg's top `limit`, tenant-, user- and status-filtered in the engine, in one call: ids and
+    # scores only (recall reads what it shows from Postgres, services.api.recall).
     async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs: ...
-    # The legs fused (services.stores.fusion.fuse_legs): the best `limit` memories.
+    # The legs with their payloads, fused (services.stores.fusion.fuse_legs): the best `limit` memories.
     async def search(
         self,
         scope: Scope,
@@ -189,15 +213,19 @@ class VectorIndex(Protocol):
     async def close(self) -> None: ...
 
 
-def versions_in_scope(
+def payloads_in_scope(
     points: Iterable[tuple[str, Mapping[str, Any] | None]], tenant_id: str, user_id: str
-) -> dict[str, int]:
-    """Point id → payload version, for the points of this tenant and user only (ids are global)."""
+) -> dict[str, dict[str, Any]]:
+    """Point id → payload, for the points of this tenant and user only (ids are global)."""
     return {
-        pid: int(payload.get("version", 0))
+        pid: dict(payload)
         for pid, payload in points
         if payload is not None and payload.get("tenant_id") == tenant_id and payload.get("user_id") == user_id
     }
+
+
+def payload_versions(payloads: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    return {pid: int(payload.get("version", 0)) for pid, payload in payloads.items()}
 
 
 @dataclass(frozen=True)

@@ -366,8 +366,9 @@ async def test_qdrant_sink_indexes_the_context_legs_and_a_later_change_keeps_the
     assert legs.dense_ctx[0].score == pytest.approx(1.0)
     assert [hit.id for hit in legs.sparse_ctx] == [with_context.record.id]  # the context's words, not the turn's
     assert legs.sparse == []
-    assert legs.dense_ctx[0].payload["importance"] == 0.2
-    assert legs.dense_ctx[0].payload["has_context"] is True
+    payload = (await index.payloads("t", "u", [with_context.record.id]))[with_context.record.id]
+    assert payload["importance"] == 0.2
+    assert payload["has_context"] is True
 
 
 async def _awaited(found: Awaitable[dict[str, int]], n: int) -> bool:

@@ -38,14 +38,14 @@ from agents.qdrant_sink.agent import indexed
 from schemas import MemoryRecord, MemoryType
 from services.api.models import RecallRequest
 from services.api.ranking import Weights
-from services.api.recall import _from_hit, _packed, _profile, fusion_weights
+from services.api.recall import _packed, _profile, fused_candidates, fusion_weights
 from services.config import Settings
 from services.embedding import MiniLmEmbedder
-from services.stores.fusion import fuse_legs
 from services.stores.postgres import PgPool
+from services.stores.postgres.memory_reads import LiveHit
 from services.stores.postgres.records import RECORD_COLUMNS, record_from_row, vector_floats
 from services.stores.qdrant_edge_index import EdgeIndex
-from services.stores.vector import Bm25Encoder, Hit, Legs, Scope
+from services.stores.vector import Bm25Encoder, Legs, Scope
 from tests.bench import locomo
 from tests.bench.pipeline import replay
 from tests.bench.probe import wait_drained
@@ -162,22 +162,25 @@ async def _legs(
             await index.close()
 
 
-def _all_in_context(legs: Legs) -> Legs:
-    """The legs as if every memory were in the context legs (one missing from them gets 0 there)."""
-
-    def marked(hits: list[Hit]) -> list[Hit]:
-        return [replace(h, payload={**h.payload, "has_context": True}) for h in hits]
-
-    return Legs(marked(legs.dense), marked(legs.sparse), marked(legs.dense_ctx), marked(legs.sparse_ctx))
+def _all_in_context(live: dict[str, LiveHit]) -> dict[str, LiveHit]:
+    """The memories as if every one were in the context legs (one missing from them gets 0 there)."""
+    return {i: replace(h, has_context=True) for i, h in live.items()}
 
 
 def evaluate(
-    questions: list[Question], settings: Settings, now: dict[str, datetime], zero_context: bool = False
+    questions: list[Question],
+    records: list[MemoryRecord],
+    settings: Settings,
+    now: dict[str, datetime],
+    zero_context: bool = False,
 ) -> list[dict[str, Any]]:
     """recall()'s own steps after the index answered (every memory active, nothing accessed: the bench's case).
 
-    `now`: per conversation, the moment the questions are asked (recency counts back from it).
+    `records`: every memory, as Postgres answers recall's hits; `now`: per conversation, the moment the
+    questions are asked (recency counts back from it).
     """
+    live = {r.id: LiveHit.of(r) for r in records}
+    live = _all_in_context(live) if zero_context else live
     fusion, weights = fusion_weights(settings), Weights.from_settings(settings)
     pool = max(TOP_K * 3, settings.recall_candidates)
     lines = []
@@ -187,11 +190,8 @@ def evaluate(
         req = RecallRequest(
             tenant_id=locomo.TENANT, user_id=q.user, query=q.text, top_k=TOP_K, token_budget=BUDGET, record_access=False
         )
-        legs = q.legs if not zero_context else _all_in_context(q.legs)
-        hits = fuse_legs(legs, fusion, pool)
-        best = max((h.score for h in hits), default=0.0)
         # The dev set is replayed and asked without access marks: no memory has been accessed.
-        candidates = _profile(q.profile, req) + [_from_hit(h, best, 0, None) for h in hits]
+        candidates = _profile(q.profile, req) + fused_candidates(q.legs, live, fusion, req, pool)
         chosen, _, _ = _packed(candidates, req, now[q.sample_id], weights)
         memories = [
             {
@@ -265,16 +265,17 @@ async def grid(
         f"{len(rows)} memories, {len(questions)} questions, asked {'a day after each conversation' if at_end else 'now'}"
     )
     depth = max(depth or base.recall_leg_depth, TOP_K)  # as recall reads the legs (recall.leg_depth)
+    records = [r for r, _, _ in rows]
     # The BM25 settings change the index: one build per setting; the others only what recall does after it.
     for label, bm25_settings in bm25_variants(base) if bm25_only else [("defaults", base)]:
         await _legs(questions, rows, Bm25Encoder.from_settings(bm25_settings), depth)
-        print(f"{label}: {json.dumps(figures(evaluate(questions, bm25_settings, now), answers))}")
+        print(f"{label}: {json.dumps(figures(evaluate(questions, records, bm25_settings, now), answers))}")
     if bm25_only:
         return
     for name, settings in variants(base):
         if only and not any(o in name for o in only):
             continue
-        lines = evaluate(questions, settings, now, zero_context="get 0" in name)
+        lines = evaluate(questions, records, settings, now, zero_context="get 0" in name)
         print(f"  {name}: {json.dumps(figures(lines, answers))}")
 
 

@@ -3,6 +3,7 @@ qdrant-client adapter against qdrant-client's in-memory mode (same client API)."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -91,6 +92,37 @@ async def test_every_edge_shard_call_runs_on_its_one_owner_thread(tmp_path: Path
     await idx.close()
     assert len(seen) == 1
     assert seen != {loop_thread}
+
+
+async def test_recall_legs_on_the_loop_run_beside_writes_on_the_owner_thread(tmp_path: Path) -> None:
+    """Legs run on the caller's loop while upserts run on the owner thread: neither fails, none is lost."""
+    idx = EdgeIndex(tmp_path / "shared")
+    await idx.ensure(3)
+    bm25 = Bm25Encoder()
+    n = 400
+
+    async def write() -> None:
+        for start in range(0, n, 20):
+            ids = (f"00000000-0000-0000-0001-{k:012d}" for k in range(start, start + 20))
+            batch = [point(pid, "alice", f"note {pid[-3:]}", [1.0, 0.5, 0.0]) for pid in ids]
+            await idx.upsert(batch)
+
+    async def read() -> int:
+        reads = 0
+        while not writer.done():
+            legs = await idx.legs(Scope("t", "alice"), [1.0, 0.5, 0.0], bm25.query("note"), 50)
+            assert len(legs.dense) <= 50
+            reads += 1
+            await asyncio.sleep(0)
+        return reads
+
+    writer = asyncio.ensure_future(write())
+    reads = await read()
+    await writer
+    legs = await idx.legs(Scope("t", "alice"), [1.0, 0.5, 0.0], bm25.query("note"), n)
+    await idx.close()
+    assert reads > 0
+    assert len(legs.dense) == len(legs.sparse) == n
 
 
 async def test_points_with_and_without_context_legs_live_side_by_side(index: VectorIndex) -> None:

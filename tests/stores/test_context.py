@@ -118,7 +118,7 @@ async def test_an_index_rebuild_fills_the_context_legs_from_postgres(pool: PgPoo
             _, changes = await apply_candidate(writer, conn, with_context, NOW)
         (point,), _ = plan(changes, Bm25Encoder())
         assert point.sparse_ctx == Bm25Encoder().context_document(with_context.candidate.context, "Yes, on Friday.")
-        assert legs.dense_ctx[0].payload == dict(point.payload)
+        assert await index.payloads("t", "u", [point.id]) == {point.id: dict(point.payload)}
     finally:
         await index.close()
 

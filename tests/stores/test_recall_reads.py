@@ -19,6 +19,7 @@ import pytest
 from schemas import MemoryRecord, MemoryStatus, MemoryType
 from services.pgpass import read_password
 from services.stores.postgres import MemoryReader, MemoryWriter, PgPool, WindowStore, migrate
+from services.stores.postgres.memory_reads import LiveHit
 from tests.factories import turn_event
 from tests.stores.test_postgres import memory
 from tests.unit.test_questions import question_record
@@ -132,7 +133,10 @@ async def test_recall_reads_answer_what_the_single_reads_answer_in_one_flight(co
     window = await windows.working_window("t", "u", "s")
     assert wire.flights == 4
 
-    assert reads.access == access == {seeded.hit.id: (3, None)}
+    assert {i: (h.access_count, h.last_accessed_at) for i, h in reads.hits.items()} == access
+    assert access == {seeded.hit.id: (3, None)}
+    # The hit as recall shows it: what the record says, read from the row.
+    assert reads.hits == {seeded.hit.id: LiveHit.of(seeded.hit)}
     assert reads.profile == profile
     assert [(r.id, round(sim, 3)) for r, sim in reads.profile] == [(seeded.fact.id, 1.0)]
     assert reads.questions == questions == [seeded.question]
@@ -148,7 +152,7 @@ async def test_recall_reads_leave_out_what_is_not_asked_for(counted: Counted) ->
         "t", "u", hit_ids=[], query=CLOSE, min_similarity=0.5, profile_limit=3
     )
     assert counted.wire.flights == 1
-    assert (reads.access, reads.questions, reads.window) == ({}, [], None)
+    assert (reads.hits, reads.questions, reads.window) == ({}, [], None)
     assert len(reads.profile) == 1
 
 
@@ -165,7 +169,7 @@ async def test_recall_reads_are_scoped_by_tenant_and_user(counted: Counted, tena
         questions_limit=50,
         session_id="s",
     )
-    assert reads.access == {}
+    assert reads.hits == {}
     assert reads.questions == []
     assert reads.window is None
     assert [r.id for r, _ in reads.profile] == ([seeded.theirs.id] if user == "other" and tenant == "t" else [])

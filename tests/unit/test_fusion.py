@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.stores.fusion import OWN_ONLY, FusionWeights, RecallFusion, fuse, fuse_legs, normalised
+from services.stores.fusion import OWN_ONLY, FusionWeights, RecallFusion, fuse, fuse_legs, normalised, payload_traits
 from services.stores.vector import Hit, Legs
 
 W = FusionWeights(dense=0.4, sparse=0.6)
@@ -68,8 +68,8 @@ def test_the_turn_after_the_question_is_found_through_its_context() -> None:
         dense_ctx=leg(("answer", 0.8), ("chat", 0.4)),
         sparse_ctx=leg(("answer", 5.0), ("chat", 1.0)),
     )
-    assert [h.id for h in fuse_legs(legs, OWN_ONLY, 10)] == ["chat", "answer"]
-    fused = fuse_legs(legs, RecallFusion(context=1.0, session=0.0), 10)
+    assert [h.id for h in fuse_legs(legs, OWN_ONLY, payload_traits(legs), 10)] == ["chat", "answer"]
+    fused = fuse_legs(legs, RecallFusion(context=1.0, session=0.0), payload_traits(legs), 10)
     assert [h.id for h in fused] == ["answer", "chat"]
 
 
@@ -79,7 +79,7 @@ def test_a_memory_without_context_legs_counts_its_own_text_for_them() -> None:
         dense=[*leg(("turn", 0.9)), *leg(("summary", 0.9), payload=episode)],
         dense_ctx=leg(("turn", 0.2), ("other", 0.1)),
     )
-    scores = {h.id: h.score for h in fuse_legs(legs, RecallFusion(session=0.0), 10)}
+    scores = {h.id: h.score for h in fuse_legs(legs, RecallFusion(session=0.0), payload_traits(legs), 10)}
     # Both match their own text equally; the turn's context is the worse one, the summary has none.
     assert scores["summary"] == pytest.approx(0.8)
     assert scores["turn"] == pytest.approx(0.4 + 0.4)
@@ -96,7 +96,7 @@ def test_a_turn_of_the_conversation_the_query_is_about_outranks_an_equally_close
             *leg(("worst", 0.0), payload={**EXCHANGE, "source": {"session_id": "s3"}}),
         ]
     )
-    scores = {h.id: h.score for h in fuse_legs(legs, RecallFusion(context=0.0, session=0.5), 10)}
+    scores = {h.id: h.score for h in fuse_legs(legs, RecallFusion(context=0.0, session=0.5), payload_traits(legs), 10)}
     # Session scores: s1's best 0.4 (1 of the best session), s2's best 0.3 (0.75 of it), s3's best 0.
     assert scores["in-s1"] == pytest.approx(0.2 + 0.5)
     assert scores["in-s2"] == pytest.approx(0.2 + 0.5 * 0.75)
@@ -129,7 +129,8 @@ legs_strategy = st.composite(_legs)
 @given(legs_strategy(), st.integers(1, 10))
 def test_with_the_context_and_session_weights_at_zero_it_is_the_two_leg_fusion(legs: Legs, limit: int) -> None:
     old = fuse(legs.dense, legs.sparse, W, limit)
-    new = fuse_legs(Legs(dense=legs.dense, sparse=legs.sparse), OWN_ONLY, limit)
+    own = Legs(dense=legs.dense, sparse=legs.sparse)
+    new = fuse_legs(own, OWN_ONLY, payload_traits(own), limit)
     assert [(h.id, h.score) for h in new] == [(h.id, pytest.approx(h.score)) for h in old]
 
 
@@ -138,7 +139,7 @@ def test_a_memory_that_tops_every_leg_comes_first_whatever_the_weights(legs: Leg
     """Adding the context legs or the session cue never drops what matches best on every leg."""
     top = Hit("z", 100.0, {"type": "exchange", "has_context": True, "source": {"session_id": "s9"}})
     legs = Legs(*([top, *hits] for hits in (legs.dense, legs.sparse, legs.dense_ctx, legs.sparse_ctx)))
-    fused = fuse_legs(legs, RecallFusion(context=ctx, session=ses), 10)
+    fused = fuse_legs(legs, RecallFusion(context=ctx, session=ses), payload_traits(legs), 10)
     assert fused[0].id == "z"
     assert fused[0].score == pytest.approx(1 + ctx + ses)
 
@@ -147,8 +148,26 @@ def test_a_memory_that_tops_every_leg_comes_first_whatever_the_weights(legs: Leg
 def test_every_hit_of_any_leg_can_come_back_and_totals_stay_bounded(
     legs: Legs, ctx: float, ses: float, limit: int
 ) -> None:
-    fused = fuse_legs(legs, RecallFusion(context=ctx, session=ses), limit)
+    fused = fuse_legs(legs, RecallFusion(context=ctx, session=ses), payload_traits(legs), limit)
     ids = {h.id for leg_ in (legs.dense, legs.sparse, legs.dense_ctx, legs.sparse_ctx) for h in leg_}
     assert len(fused) == min(limit, len(ids))
     assert all(-1e-9 <= h.score <= 1 + ctx + ses + 1e-9 for h in fused)
     assert [h.score for h in fused] == sorted((h.score for h in fused), reverse=True)
+
+
+@given(legs_strategy(), st.sets(st.sampled_from("abcdefgh")))
+def test_legs_keep_their_order_when_restricted_and_name_each_point_once(legs: Legs, keep: set[str]) -> None:
+    ids = legs.ids()
+    assert len(ids) == len(set(ids)) == len({h.id for leg_ in legs.all() for h in leg_})
+    kept = legs.restricted(keep)
+    for before, after in zip(legs.all(), kept.all(), strict=True):
+        assert after == [h for h in before if h.id in keep]
+    assert set(kept.ids()) == set(ids) & keep
+
+
+def test_legs_without_payloads_take_them_from_a_lookup_and_drop_what_it_lacks() -> None:
+    legs = Legs(dense=[Hit("a", 0.9), Hit("b", 0.5)], sparse_ctx=[Hit("b", 2.0), Hit("c", 1.0)])
+    assert all(h.payload == {} for leg_ in legs.all() for h in leg_)
+    filled = legs.with_payloads({"b": {"text": "b"}, "c": {"text": "c"}})
+    assert filled.dense == [Hit("b", 0.5, {"text": "b"})]
+    assert filled.sparse_ctx == [Hit("b", 2.0, {"text": "b"}), Hit("c", 1.0, {"text": "c"})]

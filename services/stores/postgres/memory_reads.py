@@ -41,6 +41,10 @@ _PROFILE_SQL = f"""SELECT * FROM (
     ) scored WHERE similarity >= %(min)s ORDER BY similarity DESC LIMIT %(k)s"""
 _ACCESS_SQL = """SELECT id, access_count, last_accessed_at FROM memories
     WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = ANY(%(ids)s) AND status = 'active'"""
+# The index's hits as Postgres holds them now (LiveHit): the index answers ids and scores only.
+_HITS_SQL = """SELECT id, type, text, importance, observed_at, entities, provenance AS source, compressed,
+        cardinality(context) > 0 AS has_context, access_count, last_accessed_at FROM memories
+    WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = ANY(%(ids)s) AND status = 'active'"""
 _OPEN_QUESTIONS_SQL = f"""SELECT {_RECORD_COLUMNS} FROM memories
     WHERE tenant_id = %(t)s AND user_id = %(u)s AND type = 'question' AND status = 'active'
       AND question->>'state' = 'open'
@@ -73,6 +77,54 @@ def _access(rows: list[dict[str, Any]]) -> Access:
     return {r["id"]: (int(r["access_count"]), r["last_accessed_at"]) for r in rows}
 
 
+@dataclass(frozen=True, slots=True)
+class LiveHit:
+    """An index hit as Postgres holds it now: what ranking and the answer show, and what fusion needs.
+
+    Read from Postgres rather than the index's payload: the row is current (a
+    fact superseded a moment ago is not among them; access is as of the last
+    mark), and the round trip is made anyway, while reading payloads from
+    the embedded engine is what a query costs most (services.stores.qdrant_edge_index).
+    """
+
+    id: str
+    type: str
+    text: str
+    importance: float
+    observed_at: datetime
+    entities: list[str]
+    source: dict[str, Any]  # Provenance as JSON
+    compressed: bool
+    has_context: bool  # in the index's context legs (an exchange with turns before it)
+    access_count: int
+    last_accessed_at: datetime | None
+
+    @property
+    def session_id(self) -> str | None:
+        session = self.source.get("session_id")
+        return session if isinstance(session, str) else None
+
+    @classmethod
+    def of(cls, record: MemoryRecord) -> LiveHit:
+        return cls(
+            id=record.id,
+            type=record.type.value,
+            text=record.text,
+            importance=record.importance,
+            observed_at=record.observed_at,
+            entities=record.entities,
+            source=record.source.model_dump(mode="json"),
+            compressed=record.compressed,
+            has_context=bool(record.context),
+            access_count=record.access_count,
+            last_accessed_at=record.last_accessed_at,
+        )
+
+
+def _live_hits(rows: list[dict[str, Any]]) -> dict[str, LiveHit]:
+    return {r["id"]: LiveHit(**r) for r in rows}
+
+
 async def _rows(conn: Conn, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     cur = await conn.execute(sql, params)
     return await cur.fetchall()
@@ -82,13 +134,12 @@ async def _rows(conn: Conn, sql: str, params: dict[str, Any]) -> list[dict[str, 
 class RecallReads:
     """What a recall needs from the source of truth, read in one round trip (`MemoryReader.recall_reads`).
 
-    `access`: of the index's hits, those Postgres still holds as active, with their access count and last
-    access; `profile`: facts and preferences close to the query, with their cosine; `questions`: the open
-    questions, newest first (empty when not asked for); `window`: the session's row (None when not asked for
-    or unknown).
+    `hits`: of the index's hits, those Postgres still holds as active, by id; `profile`: facts and
+    preferences close to the query, with their cosine; `questions`: the open questions, newest first
+    (empty when not asked for); `window`: the session's row (None when not asked for or unknown).
     """
 
-    access: Access
+    hits: dict[str, LiveHit]
     profile: list[tuple[MemoryRecord, float]]
     questions: list[MemoryRecord]
     window: dict[str, Any] | None
@@ -138,7 +189,7 @@ class MemoryReader:
         questions_limit: int = 0,
         session_id: str | None = None,
     ) -> RecallReads:
-        """The liveness and access of the hits, the close profile, the open questions and the working window.
+        """The index's hits as they are now, the close profile, the open questions and the working window.
 
         One connection, one round trip: the statements go out together in
         pipeline mode and the answers come back together. Four round trips
@@ -149,7 +200,7 @@ class MemoryReader:
         params = {"t": tenant_id, "u": user_id}
         async with self._pool.connection("recall_reads") as conn:
             async with conn.pipeline():
-                access = await conn.execute(_ACCESS_SQL, {**params, "ids": list(hit_ids)}) if hit_ids else None
+                hits = await conn.execute(_HITS_SQL, {**params, "ids": list(hit_ids)}) if hit_ids else None
                 vec = np.asarray(query, dtype=np.float32)
                 profile = await conn.execute(
                     _PROFILE_SQL, {**params, "q": vec, "min": min_similarity, "k": profile_limit}
@@ -165,7 +216,7 @@ class MemoryReader:
                     else None
                 )
             return RecallReads(
-                access=_access(await access.fetchall()) if access is not None else {},
+                hits=_live_hits(await hits.fetchall()) if hits is not None else {},
                 profile=_profile(await profile.fetchall()),
                 questions=[record_from_row(r) for r in await questions.fetchall()] if questions is not None else [],
                 window=await window.fetchone() if window is not None else None,
