@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     embed_threads: int = 2
     # Recall's query vectors kept by exact text (services/embedding/query_cache.py); ~1.5 KB each with MiniLM.
     query_cache_size: int = Field(10_000, ge=0)
+    # The garbage collector's youngest-generation threshold in the worker and read-service processes
+    # (Python's default is 700; services/runner.py says why it is higher).
+    gc_young_threshold: int = Field(20_000, ge=700)
 
     consolidate_batch_size: int = 256
     consolidate_batch_within: float = 0.05

@@ -28,22 +28,11 @@ PROFILE_TYPES = (MemoryType.FACT, MemoryType.PREFERENCE)
 
 
 def _from_record(record: MemoryRecord, similarity: float) -> Candidate:
-    return Candidate(
-        id=record.id,
-        type=record.type.value,
-        text=record.text,
-        similarity=similarity,
-        importance=record.importance,
-        access_count=record.access_count,
-        observed_at=record.observed_at,
-        entities=record.entities,
-        source=record.source.model_dump(mode="json"),
-        pinned=True,
-        last_accessed_at=record.last_accessed_at,
-    )
+    """A memory read whole from Postgres (the profile, an open question): pinned ahead of the index's hits."""
+    return _from_hit(LiveHit.of(record), similarity, pinned=True)
 
 
-def _from_hit(hit: LiveHit, similarity: float) -> Candidate:
+def _from_hit(hit: LiveHit, similarity: float, *, pinned: bool = False) -> Candidate:
     return Candidate(
         id=hit.id,
         type=hit.type,
@@ -54,6 +43,7 @@ def _from_hit(hit: LiveHit, similarity: float) -> Candidate:
         observed_at=hit.observed_at,
         entities=hit.entities,
         source=hit.source,
+        pinned=pinned,
         last_accessed_at=hit.last_accessed_at,
     )
 

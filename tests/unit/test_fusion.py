@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.api.models import RecallRequest
+from services.api.recall import fused_candidates
 from services.stores.fusion import OWN_ONLY, FusionWeights, RecallFusion, fuse, fuse_legs, normalised, payload_traits
+from services.stores.postgres.memory_reads import LiveHit
 from services.stores.vector import Hit, Legs
 
 W = FusionWeights(dense=0.4, sparse=0.6)
@@ -171,3 +176,41 @@ def test_legs_without_payloads_take_them_from_a_lookup_and_drop_what_it_lacks() 
     filled = legs.with_payloads({"b": {"text": "b"}, "c": {"text": "c"}})
     assert filled.dense == [Hit("b", 0.5, {"text": "b"})]
     assert filled.sparse_ctx == [Hit("b", 2.0, {"text": "b"}), Hit("c", 1.0, {"text": "c"})]
+
+
+# --- recall's candidates from live hits (services.api.recall.fused_candidates) ---
+
+
+def _live(i: str, session: str = "s1", *, compressed: bool = False) -> LiveHit:
+    return LiveHit(
+        id=i,
+        type="exchange",
+        text=f"text of {i}",
+        importance=0.5,
+        observed_at=datetime(2026, 1, 1, tzinfo=UTC),
+        entities=[],
+        source={"session_id": session, "event_ids": [], "metadata": []},
+        compressed=compressed,
+        has_context=False,
+        access_count=0,
+        last_accessed_at=None,
+    )
+
+
+def test_a_hit_postgres_no_longer_holds_takes_no_place_and_the_best_live_hit_is_similarity_1() -> None:
+    legs = Legs(dense=[Hit("stale", 0.99), Hit("a", 0.8), Hit("b", 0.4)], sparse=[Hit("stale", 9.0), Hit("b", 3.0)])
+    live = {"a": _live("a"), "b": _live("b")}
+    req = RecallRequest(tenant_id="t", user_id="u", query="q")
+    candidates = fused_candidates(legs, live, OWN_ONLY, req, 10)
+    assert [c.id for c in candidates] == ["b", "a"]  # over the live hits: b tops BM25, a tops dense
+    assert candidates[0].similarity == 1.0
+    assert candidates[0].text == "text of b"  # what the hit shows is the row's
+
+
+def test_compressed_hits_leave_default_recall_and_come_back_when_asked_for() -> None:
+    legs = Legs(dense=[Hit("folded", 0.9), Hit("a", 0.5)])
+    live = {"folded": _live("folded", compressed=True), "a": _live("a")}
+    plain = RecallRequest(tenant_id="t", user_id="u", query="q")
+    asked = RecallRequest(tenant_id="t", user_id="u", query="q", include_compressed=True)
+    assert [c.id for c in fused_candidates(legs, live, OWN_ONLY, plain, 10)] == ["a"]
+    assert [c.id for c in fused_candidates(legs, live, OWN_ONLY, asked, 10)] == ["folded", "a"]
