@@ -74,6 +74,8 @@ class Settings(BaseSettings):
     # The garbage collector's youngest-generation threshold in the worker and read-service processes
     # (Python's default is 700; services/runner.py says why it is higher).
     gc_young_threshold: int = Field(20_000, ge=700)
+    # How long a thread waits, at most, for the GIL a busy thread holds (Python's default is 5 ms).
+    gil_switch_interval_ms: float = Field(1.0, gt=0, le=100)
 
     consolidate_batch_size: int = 256
     consolidate_batch_within: float = 0.05
