@@ -39,6 +39,12 @@ def _use_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+def _tune_interpreter(settings: Settings) -> None:
+    """Once start-up is done, before serving: the collector and the GIL, as the settings say."""
+    _tune_gc(settings)
+    _shorten_gil_switch(settings)
+
+
 def _tune_gc(settings: Settings) -> None:
     """Moves what start-up allocated (modules, the model, the apps) out of the collector's reach, and
     collects the young generation less often.
@@ -158,8 +164,7 @@ def run_worker(settings: Settings, *, with_api: bool, stages: Sequence[str] = ST
             await asyncio.sleep(0.2)
 
     app.on_before_shutdown.connect(stop_api)
-    _tune_gc(settings)
-    _shorten_gil_switch(settings)
+    _tune_interpreter(settings)
     worker.execute_from_commandline()
 
 
@@ -168,8 +173,7 @@ def run_api(settings: Settings) -> None:
         runtime = Runtime.create(settings)
         await runtime.start()
         api, serving = read_service(runtime)
-        _tune_gc(settings)
-        _shorten_gil_switch(settings)
+        _tune_interpreter(settings)
         server = uvicorn.Server(_uvicorn_config(api, settings))
         follower = asyncio.create_task(serving.follow(settings.generation_refresh_seconds))
         try:

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from services.stores.vector import Hit, Legs, Scope, Sparse, payload_versions
+from services.stores.vector import Hit, Legs, Scope, Sparse
 
 
 @dataclass(frozen=True)
@@ -103,9 +103,13 @@ class PayloadTraits:
     @classmethod
     def of(cls, payload: Mapping[str, Any]) -> PayloadTraits:
         """From an index payload (services.stores.vector.IndexPayload)."""
-        source = payload.get("source")
-        session = source.get("session_id") if isinstance(source, Mapping) else None
-        return cls(bool(payload.get("has_context", False)), session if isinstance(session, str) else None)
+        return cls(bool(payload.get("has_context", False)), session_in(payload.get("source")))
+
+
+def session_in(source: object) -> str | None:
+    """The session of a provenance as JSON (a payload's `source`, a row's `provenance`), if it names one."""
+    session = source.get("session_id") if isinstance(source, Mapping) else None
+    return session if isinstance(session, str) else None
 
 
 def payload_traits(legs: Legs) -> dict[str, PayloadTraits]:
@@ -150,7 +154,8 @@ class FusedSearch:
         raise NotImplementedError
 
     async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]:
-        return payload_versions(await self.payloads(tenant_id, user_id, ids))
+        payloads = await self.payloads(tenant_id, user_id, ids)
+        return {pid: int(payload.get("version", 0)) for pid, payload in payloads.items()}
 
     async def search(
         self,

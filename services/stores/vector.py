@@ -224,10 +224,6 @@ def payloads_in_scope(
     }
 
 
-def payload_versions(payloads: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
-    return {pid: int(payload.get("version", 0)) for pid, payload in payloads.items()}
-
-
 @dataclass(frozen=True)
 class Bm25Params:
     """BM25's document-side constants (settings recall_bm25_*; the defaults are the tuned ones).

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType
+from services.stores.fusion import session_in
 from services.stores.postgres.pool import Conn, PgPool
 from services.stores.postgres.records import RECORD_COLUMNS as _RECORD_COLUMNS
 from services.stores.postgres.records import record_from_row
@@ -39,12 +40,12 @@ _PROFILE_SQL = f"""SELECT * FROM (
           AND type IN ('fact', 'preference') AND embedding IS NOT NULL
           AND vector_dims(embedding) = vector_dims(%(q)s::vector)
     ) scored WHERE similarity >= %(min)s ORDER BY similarity DESC LIMIT %(k)s"""
-_ACCESS_SQL = """SELECT id, access_count, last_accessed_at FROM memories
-    WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = ANY(%(ids)s) AND status = 'active'"""
+# Those of some ids (the index's hits) that are the user's and active now.
+_ACTIVE_OF_IDS = "FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = ANY(%(ids)s) AND status = 'active'"
+_ACCESS_SQL = f"SELECT id, access_count, last_accessed_at {_ACTIVE_OF_IDS}"
 # The index's hits as Postgres holds them now (LiveHit): the index answers ids and scores only.
-_HITS_SQL = """SELECT id, type, text, importance, observed_at, entities, provenance AS source, compressed,
-        cardinality(context) > 0 AS has_context, access_count, last_accessed_at FROM memories
-    WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = ANY(%(ids)s) AND status = 'active'"""
+_HITS_SQL = f"""SELECT id, type, text, importance, observed_at, entities, provenance AS source, compressed,
+        cardinality(context) > 0 AS has_context, access_count, last_accessed_at {_ACTIVE_OF_IDS}"""
 _OPEN_QUESTIONS_SQL = f"""SELECT {_RECORD_COLUMNS} FROM memories
     WHERE tenant_id = %(t)s AND user_id = %(u)s AND type = 'question' AND status = 'active'
       AND question->>'state' = 'open'
@@ -101,8 +102,7 @@ class LiveHit:
 
     @property
     def session_id(self) -> str | None:
-        session = self.source.get("session_id")
-        return session if isinstance(session, str) else None
+        return session_in(self.source)
 
     @classmethod
     def of(cls, record: MemoryRecord) -> LiveHit:
