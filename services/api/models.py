@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas import Identifier, MemoryRecord, MemoryType
 from schemas.memory import MemoryId, MemoryLayer
-from schemas.validation import Timestamp, has_surrogate
+from schemas.validation import METADATA_STRING_FORBIDDEN, Timestamp, has_surrogate
 
 QUERY_MAX_CHARS = 8_000
 MAX_OFFSET = 1_000_000
@@ -36,7 +36,13 @@ def _free_text(value: str) -> str:
     return unicodedata.normalize("NFC", value)
 
 
-QueryText = Annotated[str, StringConstraints(min_length=1, max_length=QUERY_MAX_CHARS), AfterValidator(_free_text)]
+# The document states the rule too (no NUL, no lone surrogate): a generated query with a NUL is not valid.
+QueryText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=QUERY_MAX_CHARS),
+    AfterValidator(_free_text),
+    Field(json_schema_extra={"not": {"pattern": METADATA_STRING_FORBIDDEN}}),
+]
 
 
 def _example(value: str) -> dict[str, Example]:
