@@ -13,6 +13,7 @@ the HTTP request never waits for a model.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
@@ -95,10 +96,33 @@ class _Command(BaseModel):
 
 
 class AccessCommand(_Command):
-    """Recall returned these memories at `at`: their access count and last access move."""
+    """Recall returned these memories: their access count and last access move.
+
+    The read service coalesces a window of recalls into one command per user:
+    `counts[i]` recalls returned `memory_ids[i]`, the latest at
+    `last_accessed[i]`. Without them (a command of one recall) each counts
+    once, at `at`.
+    """
 
     kind: Literal["access"] = "access"
     memory_ids: Annotated[list[MemoryId], Field(min_length=1, max_length=100)]
+    counts: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1, max_length=100)] | None = None
+    last_accessed: Annotated[list[AwareDatetime], Field(min_length=1, max_length=100)] | None = None
+
+    @model_validator(mode="after")
+    def _parallel(self) -> Self:
+        for name, values in (("counts", self.counts), ("last_accessed", self.last_accessed)):
+            if values is not None and len(values) != len(self.memory_ids):
+                fail("access_lengths", f"{name} needs one entry per memory id")
+        return self
+
+    def marks(self) -> list[tuple[str, int, datetime]]:
+        """(memory id, how many recalls, the latest of them) for each memory the command names."""
+        if self.counts is None and self.last_accessed is None:
+            return [(memory_id, 1, self.at) for memory_id in dict.fromkeys(self.memory_ids)]
+        counts = self.counts or [1] * len(self.memory_ids)
+        last = self.last_accessed or [self.at] * len(self.memory_ids)
+        return list(zip(self.memory_ids, counts, last, strict=True))
 
 
 class ManualMemory(BaseModel):

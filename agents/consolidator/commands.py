@@ -2,7 +2,8 @@
 
 A batch is applied in one Postgres transaction, each user's commands in
 log order, each once (applied_commands): access marks from recall (tallied,
-one row update per memory per run of marks), manual adds, corrections,
+one row update per memory per run of marks, kept in Postgres and never
+published), manual adds, corrections,
 deletes (one, by session, by topic), forgetting a user and imports. What a
 command did is recorded with its claim (the read service's `?wait=true`
 reads it) and its changes go to `memory.changes` through the outbox of the
@@ -35,7 +36,6 @@ from agents.stage import batched_agent, send_all
 from agents.topics import Topics
 from schemas import ChangeOp, MemoryChange, MemoryStatus, partition_key
 from schemas.commands import (
-    ACCESS_REASON,
     AccessCommand,
     AddMemory,
     AnyCommand,
@@ -64,25 +64,25 @@ Published = MemoryChange | UserForgotten
 
 
 def tally(commands: list[AccessCommand]) -> list[Access]:
-    """One user's commands as one access per memory: how many marks, and the latest, in first-seen order.
+    """One user's commands as one access per memory: how many recalls, and the latest, in first-seen order.
 
     One row update per memory per batch, however many recalls returned it.
     """
     seen: dict[str, Access] = {}
     for cmd in commands:
-        for memory_id in dict.fromkeys(cmd.memory_ids):
+        for memory_id, hits, at in cmd.marks():
             before = seen.get(memory_id)
             seen[memory_id] = (
-                Access(memory_id, 1, cmd.at)
+                Access(memory_id, hits, at)
                 if before is None
-                else Access(memory_id, before.hits + 1, max(before.at, cmd.at))
+                else Access(memory_id, before.hits + hits, max(before.at, at))
             )
     return list(seen.values())
 
 
 @dataclass
 class Applied:
-    """What a batch publishes, in commit order: changes (the outbox's rows) and access-only changes (sent as they are).
+    """What a batch publishes, in commit order: its changes, each with its outbox row (access marks publish none).
 
     Each change is sealed as it is queued, in the batch's transaction (`sealer`), so what the outbox holds and
     what `publish` sends are the same bytes.
@@ -113,10 +113,6 @@ class Applied:
         and their key is gone: a later change of theirs in the batch is sealed with a new one."""
         self.messages = [m for m in self.messages if (m[0].tenant_id, m[0].user_id) != (tenant_id, user_id)]
         self.sealer.forgotten(tenant_id, user_id)
-
-    async def direct(self, changes: Sequence[MemoryChange]) -> None:
-        sealed = await self.sealer.seal(changes)
-        self.messages.extend((c, m, None) for c, m in zip(changes, sealed, strict=True))
 
     @property
     def sealed(self) -> list[Message]:
@@ -159,11 +155,11 @@ async def apply_commands(rt: Runtime, batch: list[AnyCommand]) -> Applied:
                 if isinstance(cmd, AccessCommand):
                     marks.append(cmd)
                     continue
-                await _mark(conn, tenant_id, user_id, marks, now, applied)
+                await _mark(conn, tenant_id, user_id, marks)
                 marks = []
                 if await _store.claim(conn, tenant_id, user_id, [cmd.command_id]):
                     await _apply_one(rt, conn, cmd, vectors, model, now, applied)
-            await _mark(conn, tenant_id, user_id, marks, now, applied)
+            await _mark(conn, tenant_id, user_id, marks)
     return applied
 
 
@@ -171,20 +167,19 @@ def _needs_model(batch: Sequence[AnyCommand]) -> bool:
     return any(isinstance(c, AddMemory | CorrectMemory | ImportPart) for c in batch)
 
 
-async def _mark(
-    conn: Conn, tenant_id: str, user_id: str, commands: list[AccessCommand], now: datetime, applied: Applied
-) -> None:
-    """A run of access marks: claimed together, one update per memory; claims that marked nothing are dropped."""
+async def _mark(conn: Conn, tenant_id: str, user_id: str, commands: list[AccessCommand]) -> None:
+    """A run of access marks: claimed together, one update per memory; claims that marked nothing are dropped.
+
+    Nothing is published: access is read traffic, kept in Postgres only, so
+    reads never grow `memory.changes` (which keeps every message forever).
+    """
     if not commands:
         return
     fresh = await _store.claim(conn, tenant_id, user_id, [c.command_id for c in commands])
     # A command repeated within the batch is claimed once and counted once.
     new = list({c.command_id: c for c in commands if c.command_id in fresh}.values())
-    marked = await _store.mark_accessed(conn, tenant_id, user_id, tally(new), now)
-    if not marked:
+    if not await _store.mark_accessed(conn, tenant_id, user_id, tally(new)):
         await _store.release(conn, tenant_id, user_id, [c.command_id for c in new])
-    causes = [c.command_id for c in new]
-    await applied.direct([plan.change(record, ChangeOp.UPDATED, None, causes, now, ACCESS_REASON) for record in marked])
 
 
 async def _apply_one(

@@ -1,4 +1,8 @@
-"""The commands agent through Faust's test context, over a real Postgres: access marks applied once each."""
+"""The commands agent through Faust's test context, over a real Postgres: access marks applied once each.
+
+Access lives in Postgres only: a mark moves `access_count` and
+`last_accessed_at` and publishes nothing, so reads never grow `memory.changes`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+import pytest
+from pydantic import ValidationError
 
 from agents.consolidator import commands
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
@@ -40,9 +46,24 @@ def record(memory_id: str, user: str = "u", status: MemoryStatus = MemoryStatus.
     )
 
 
-def command(n: int, ids: list[str], at: datetime, user: str = "u") -> bytes:
-    cmd = AccessCommand(command_id=stable_id("cmd", str(n)), tenant_id="t", user_id=user, memory_ids=ids, at=at)
-    return orjson.dumps(cmd.model_dump(mode="json"))
+def command(
+    n: int,
+    ids: list[str],
+    at: datetime,
+    user: str = "u",
+    counts: list[int] | None = None,
+    last: list[datetime] | None = None,
+) -> bytes:
+    cmd = AccessCommand(
+        command_id=stable_id("cmd", str(n)),
+        tenant_id="t",
+        user_id=user,
+        memory_ids=ids,
+        at=at,
+        counts=counts,
+        last_accessed=last,
+    )
+    return orjson.dumps(cmd.model_dump(mode="json", exclude_none=True))
 
 
 async def stored(h: Harness) -> dict[str, MemoryRecord]:
@@ -53,12 +74,13 @@ async def stored(h: Harness) -> dict[str, MemoryRecord]:
 
 def accessed(h: Harness, memory_id: str, count: int) -> Callable[[], Awaitable[bool]]:
     async def done() -> bool:
-        return any(v["record"]["id"] == memory_id and v["record"]["access_count"] >= count for v in await h.changes())
+        row = (await stored(h)).get(memory_id)
+        return row is not None and row.access_count >= count
 
     return done
 
 
-async def test_access_marks_count_once_per_command_for_the_users_own_active_rows(
+async def test_access_marks_count_once_per_command_for_the_users_own_active_rows_and_publish_nothing(
     harness: Callable[[Any, str], Harness],
 ) -> None:
     h = harness(commands, "commands")
@@ -73,17 +95,14 @@ async def test_access_marks_count_once_per_command_for_the_users_own_active_rows
     await h.feed([first, first, b"{broken", second], accessed(h, mine, 2))
 
     rows = await stored(h)
-    changes = await h.changes()
-    # One version step per batch that touched it (the two commands may or may not share a batch).
-    assert (rows[mine].access_count, rows[mine].last_accessed_at, rows[mine].version) == (2, t2, 1 + len(changes))
+    # Version counts the changes on memory.changes: an access is none of them.
+    assert (rows[mine].access_count, rows[mine].last_accessed_at, rows[mine].version) == (2, t2, 1)
+    assert rows[mine].updated_at == NOW
     assert (rows[old].access_count, rows[old].version) == (0, 1)  # no longer active: untouched
     assert (rows[theirs].access_count, rows[theirs].version) == (0, 1)  # another user's row: never
     assert unknown not in rows
     assert h.sink("dlq").reasons() == [b"schema_violation"]
-    assert {(c["op"], c["record"]["id"]) for c in changes} == {("updated", mine)}
-    # An access changes no embedding: its change carries none (the store keeps its own).
-    assert all(c["vector"] is None and c["tenant_id"] == "t" and c["user_id"] == "u" for c in changes)
-    assert {key for key, _, _ in h.sink("changes").sent} == {b"t:u"}
+    assert h.sink("changes").sent == []  # reads never reach the feed
 
     # Redelivered commands change nothing; a new one counts.
     await h.feed([first, second, command(3, [mine], t1)], accessed(h, mine, 3))
@@ -92,6 +111,25 @@ async def test_access_marks_count_once_per_command_for_the_users_own_active_rows
     async with h.runtime.pg.connection("test") as conn:
         cur = await conn.execute("SELECT count(*) AS n FROM applied_commands WHERE tenant_id = 't' AND user_id = 'u'")
         assert await cur.fetchone() == {"n": 3}
+    assert h.sink("changes").sent == []
+
+
+async def test_a_coalesced_mark_adds_its_count_and_keeps_its_latest_access(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    """The read service sends one mark per memory per window: 7 recalls of `a` are one entry counting 7."""
+    h = harness(commands, "commands")
+    a, b = stable_id("mem", "a"), stable_id("mem", "b")
+    async with h.runtime.pg.transaction("seed") as conn:
+        await h.runtime.memories.upsert(conn, record(a), VECTOR)
+        await h.runtime.memories.upsert(conn, record(b), VECTOR)
+    t1, t2 = NOW + timedelta(minutes=1), NOW + timedelta(minutes=2)
+    window = command(1, [a, b], t2, counts=[7, 1], last=[t2, t1])
+    await h.feed([window], accessed(h, a, 7))
+    rows = await stored(h)
+    assert (rows[a].access_count, rows[a].last_accessed_at, rows[a].version) == (7, t2, 1)
+    assert (rows[b].access_count, rows[b].last_accessed_at, rows[b].version) == (1, t1, 1)
+    assert h.sink("changes").sent == []
 
 
 def test_tally_counts_each_memory_once_per_command_and_keeps_the_latest_access() -> None:
@@ -102,3 +140,15 @@ def test_tally_counts_each_memory_once_per_command_and_keeps_the_latest_access()
         AccessCommand.model_validate_json(command(2, [a], t1)),
     ]
     assert commands.tally(cmds) == [Access(a, 2, t2), Access(b, 1, t2)]
+    coalesced = AccessCommand.model_validate_json(command(3, [a, b], t1, counts=[5, 2], last=[t2, t1]))
+    assert commands.tally([*cmds, coalesced]) == [Access(a, 7, t2), Access(b, 3, t2)]
+
+
+def test_a_coalesced_mark_names_one_count_and_one_time_per_memory() -> None:
+    a, b = stable_id("mem", "a"), stable_id("mem", "b")
+    with pytest.raises(ValidationError):
+        AccessCommand.model_validate_json(command(1, [a, b], NOW, counts=[1]))
+    with pytest.raises(ValidationError):
+        AccessCommand.model_validate_json(command(1, [a], NOW, counts=[0]))
+    with pytest.raises(ValidationError):
+        AccessCommand.model_validate_json(command(1, [a, b], NOW, last=[NOW]))

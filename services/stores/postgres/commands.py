@@ -19,9 +19,6 @@ from schemas import MemoryRecord
 from services.stores.postgres.pool import Conn
 from services.stores.postgres.records import RECORD_COLUMNS, record_from_row
 
-# Qualified, because the UPDATE below joins a set of rows that also has an id.
-_RETURNED = ", ".join(f"m.{column.strip()}" for column in RECORD_COLUMNS.split(","))
-
 
 @dataclass(frozen=True)
 class Access:
@@ -52,29 +49,25 @@ class CommandStore:
         )
         return {r["command_id"] for r in await cur.fetchall()}
 
-    async def mark_accessed(
-        self, conn: Conn, tenant_id: str, user_id: str, accesses: Sequence[Access], now: datetime
-    ) -> list[MemoryRecord]:
-        """Add each access to the user's active rows; the changed records.
+    async def mark_accessed(self, conn: Conn, tenant_id: str, user_id: str, accesses: Sequence[Access]) -> int:
+        """Add each access to the user's active rows; how many rows it moved.
 
         Ids not found (another user's, deleted, no longer active) change
         nothing. `last_accessed_at` only moves forward, so marks applied out of
-        order still leave the latest access. No embedding comes back: an
-        access changes none, and its change goes out without one (a store
-        rebuilt from the log keeps the embedding it has; the index skips
-        access changes, recall reads access from here).
+        order still leave the latest access. Neither `version` nor
+        `updated_at` moves: an access is no change of the memory and goes out
+        on no topic, so versions keep counting the changes on `memory.changes`.
+        Recall reads access from here; a change published later carries the
+        counts as they then are.
         """
         if not accesses:
-            return []
+            return 0
         cur = await conn.execute(
-            f"""UPDATE memories m SET access_count = m.access_count + a.hits,
-                  last_accessed_at = GREATEST(m.last_accessed_at, a.seen_at),
-                  version = m.version + 1, updated_at = %s
+            """UPDATE memories m SET access_count = m.access_count + a.hits,
+                  last_accessed_at = GREATEST(m.last_accessed_at, a.seen_at)
                 FROM unnest(%s::text[], %s::int[], %s::timestamptz[]) AS a(mid, hits, seen_at)
-                WHERE m.tenant_id = %s AND m.user_id = %s AND m.id = a.mid AND m.status = 'active'
-                RETURNING {_RETURNED}""",
+                WHERE m.tenant_id = %s AND m.user_id = %s AND m.id = a.mid AND m.status = 'active'""",
             (
-                now,
                 [a.memory_id for a in accesses],
                 [a.hits for a in accesses],
                 [a.at for a in accesses],
@@ -82,7 +75,7 @@ class CommandStore:
                 user_id,
             ),
         )
-        return [record_from_row(r) for r in await cur.fetchall()]
+        return cur.rowcount
 
     async def release(self, conn: Conn, tenant_id: str, user_id: str, command_ids: Sequence[str]) -> None:
         """Drop claims of commands that changed nothing (access marks for memories no longer there).
