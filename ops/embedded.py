@@ -159,6 +159,8 @@ def kafka_store_child(settings: Settings, port: int, log_dir: Path) -> Child:
     """ops/s3store.py on a loopback port: the files under data_dir/kafka that tansu's s3:// storage reads and writes."""
     root = str((settings.data_dir / "kafka").resolve())
     argv = [sys.executable, "-m", "ops.s3store", root, "--port", str(port), "--bucket", KAFKA_BUCKET]
+    if settings.topics_file.is_file():  # its retention_ms is what the store's log keeper enforces
+        argv += ["--topics-file", str(settings.topics_file.resolve())]
     return Child("kafka-store", argv, log_dir)
 
 

@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from email.utils import formatdate
 from http import HTTPStatus
 from http.server import ThreadingHTTPServer
@@ -54,7 +54,9 @@ from xml.sax.saxutils import escape
 
 import localbucket  # type: ignore[import-untyped]
 
+from ops.logkeeper import Gate, Graveyard, Keeper, KeeperConfig, Store, partition_of
 from ops.s3listing import Listings
+from ops.topics import load_specs
 
 log = logging.getLogger("memstream.s3store")
 
@@ -86,6 +88,8 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
     # Per server: make_server binds them with the data root.
     locks: KeyLocks
     listings: Listings
+    gate: Gate
+    graves: Graveyard
 
     def setup(self) -> None:
         super().setup()
@@ -129,12 +133,19 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
             raise self._not_implemented_error()
         overrides = self._response_header_overrides()
         target = self._object_path(bucket, key)
+        partition = partition_of(key)
+        if partition is not None:
+            self.gate.touch(partition)
         try:
-            with target.open("rb") as file:
-                modified = os.fstat(file.fileno()).st_mtime
-                body = file.read()
+            modified, body = _read(target)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise no_such_key() from None
+            grave = self.graves.find(key) if partition is not None else None
+            try:
+                if grave is None:
+                    raise
+                modified, body = _read(grave)  # rewritten away a moment ago: a fetch that listed it still reads it
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                raise no_such_key() from None
         etag = hashlib.md5(body, usedforsecurity=False).hexdigest()
         headers = {
             "Content-Type": mimetypes.guess_type(target.name)[0] or "application/octet-stream",
@@ -156,6 +167,8 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
             status, length = HTTPStatus.PARTIAL_CONTENT, end - start + 1
             headers["Content-Range"] = f"bytes {start}-{end}/{len(body)}"
         self._send(status, body[start : start + length], headers, include_body)
+        if partition is not None:
+            self.gate.touch(partition)
 
     def _post_request(self, bucket: str, key: str) -> None:
         if bucket and not key and "delete" in self.query:
@@ -225,6 +238,9 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
                     HTTPStatus.BAD_REQUEST, "InvalidArgument", "The continuation token provided is incorrect."
                 )
             marker, marker_is_prefix = decoded[2:], decoded.startswith("P:")
+        partition = partition_of(prefix)
+        if partition is not None:
+            self.gate.listing(partition, first_page=token is None and not start_after)
         contents, common, truncated, last = self.listings.page(
             bucket_dir, prefix, delimiter, marker, marker_is_prefix, max_keys
         )
@@ -249,6 +265,13 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
         out += [f"<CommonPrefixes><Prefix>{escape(encode(p))}</Prefix></CommonPrefixes>" for p in common]
         out.append("</ListBucketResult>")
         self._send(HTTPStatus.OK, "".join(out).encode(), {"Content-Type": "application/xml"})
+        if partition is not None:
+            self.gate.touch(partition)
+
+
+def _read(path: Path) -> tuple[float, bytes]:
+    with path.open("rb") as file:
+        return os.fstat(file.fileno()).st_mtime, file.read()
 
 
 def listed(size: int, modified: float, etag: str) -> str:
@@ -270,6 +293,7 @@ class Server(ThreadingHTTPServer):
     # tansu opens connections in bursts; the default backlog of 5 turns a burst into SYN retries (1 s each).
     request_queue_size = 128
     daemon_threads = True
+    keeper: Keeper | None = None
 
 
 def sweep_temporary(root: Path) -> int:
@@ -287,8 +311,19 @@ def sweep_temporary(root: Path) -> int:
     return removed
 
 
-def make_server(root: Path, host: str, port: int, buckets: list[str]) -> Server:
-    """A server on `host:port` keeping `buckets` (created if missing) under `root`; not yet serving."""
+def make_server(
+    root: Path,
+    host: str,
+    port: int,
+    buckets: list[str],
+    keeper: KeeperConfig | None = None,
+    retention: Mapping[str, int] | None = None,
+) -> Server:
+    """A server on `host:port` keeping `buckets` (created if missing) under `root`; not yet serving.
+
+    With `keeper`, `server.keeper` cleans the first bucket's log (ops/logkeeper.py), `retention`
+    (topic -> ms, -1 forever) overriding the topics' own; it starts with `server.keeper.start()`.
+    """
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     for bucket in buckets:
@@ -296,8 +331,21 @@ def make_server(root: Path, host: str, port: int, buckets: list[str]) -> Server:
     swept = sweep_temporary(root)
     if swept:
         log.info("removed %d temporary files left by an earlier run", swept)
-    handler = type("BoundHandler", (Handler,), {"data_root": root, "locks": KeyLocks(), "listings": Listings(describe)})
-    return Server((host, port), handler)
+    locks, listings, gate, graves = KeyLocks(), Listings(describe), Gate(), Graveyard(root)
+    bound = {"data_root": root, "locks": locks, "listings": listings, "gate": gate, "graves": graves}
+    server = Server((host, port), type("BoundHandler", (Handler,), bound))
+    if keeper is not None:
+        bucket_dir = root / buckets[0]
+        store = Store(
+            bucket_dir,
+            names=lambda folder: listings.entries_from(folder, ""),
+            added=lambda path, shown: listings.added(path, bucket_dir, shown),
+            removed=lambda path: listings.removed(path, bucket_dir),
+            key_lock=locks.held,
+            describe=listed,
+        )
+        server.keeper = Keeper(store, gate, graves, keeper, retention or {})
+    return server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,10 +355,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--bucket", action="append", default=[], help=f"created if missing (default: {BUCKET})")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--no-keeper", action="store_true", help="no retention or compaction of the log")
+    parser.add_argument("--topics-file", type=Path, help="retention_ms per topic (overrides the topics' own)")
+    defaults = KeeperConfig()
+    for name in ("interval", "settle", "max_delay", "grace"):
+        parser.add_argument(f"--keeper-{name.replace('_', '-')}", type=float, default=getattr(defaults, name))
+    parser.add_argument("--keeper-target-bytes", type=int, default=defaults.target_bytes)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = make_server(args.root, args.host, args.port, args.bucket or [BUCKET])
+    keeper = None
+    if not args.no_keeper:
+        keeper = KeeperConfig(
+            interval=args.keeper_interval,
+            settle=args.keeper_settle,
+            max_delay=args.keeper_max_delay,
+            grace=args.keeper_grace,
+            target_bytes=args.keeper_target_bytes,
+        )
+    retention = {s.name: s.retention_ms for s in load_specs(args.topics_file)} if args.topics_file else {}
+    server = make_server(args.root, args.host, args.port, args.bucket or [BUCKET], keeper, retention)
     log.info("S3 store for tansu on http://%s:%s, data in %s", args.host, args.port, args.root.resolve())
+    if server.keeper is not None:
+        server.keeper.start()
     with contextlib.suppress(KeyboardInterrupt), server:
         server.serve_forever()
     return 0
