@@ -15,6 +15,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,7 +84,7 @@ def produce_one_by_one(producer: Producer, topic: str, partition: int, n: int, t
         producer.flush(10)
 
 
-async def read_all(bootstrap: str, topic: str, partition: int, count: int, timeout: float = 60) -> list[Seen]:
+async def read_all(bootstrap: str, topic: str, partition: int, count: int, wait: float = 60) -> list[Seen]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
     await consumer.start()
     try:
@@ -91,7 +92,7 @@ async def read_all(bootstrap: str, topic: str, partition: int, count: int, timeo
         consumer.assign([tp])
         consumer.seek(tp, 0)
         seen: list[Seen] = []
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + wait
         while len(seen) < count and time.monotonic() < deadline:
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 seen += [(m.offset, m.timestamp, m.key, m.value, tuple(m.headers)) for m in records]
@@ -131,12 +132,10 @@ def test_compaction_keeps_every_record_once_at_its_offset(kept: KeptBroker) -> N
     follower: list[Seen] = []
 
     async def follow() -> None:
-        follower.extend(await read_all(kept.bootstrap, "t", 0, n, timeout=120))
+        follower.extend(await read_all(kept.bootstrap, "t", 0, n, wait=120))
 
     idempotent = Producer({"bootstrap.servers": kept.bootstrap, "enable.idempotence": True, "linger.ms": 0})
     plain = Producer({"bootstrap.servers": kept.bootstrap, "linger.ms": 0})
-    import threading
-
     tail = threading.Thread(target=lambda: asyncio.run(follow()))
     tail.start()
     writers = [
@@ -155,7 +154,9 @@ def test_compaction_keeps_every_record_once_at_its_offset(kept: KeptBroker) -> N
         seen = asyncio.run(read_all(kept.bootstrap, "t", partition, n))
         assert [s[0] for s in seen] == list(range(n))
         assert [s[3] for s in seen] == expected
-        assert seen[3][4] == (("n", b"3"), ("empty", None)) and seen[0][2] is None and seen[1][2] == f"{tag}-k1".encode()
+        assert seen[3][4] == (("n", b"3"), ("empty", None))
+        assert seen[0][2] is None
+        assert seen[1][2] == f"{tag}-k1".encode()
         assert read_all_confluent(kept.bootstrap, "t", partition, n) == seen
         if partition == 0:
             assert follower == seen  # the tail saw the same records, once, while the log was rewritten
@@ -163,7 +164,8 @@ def test_compaction_keeps_every_record_once_at_its_offset(kept: KeptBroker) -> N
     # The idempotent producer's sequences still line up with what the broker keeps.
     produce_one_by_one(idempotent, "t", 0, 5, "c")
     seen = asyncio.run(read_all(kept.bootstrap, "t", 0, n + 5))
-    assert [s[0] for s in seen] == list(range(n + 5)) and seen[-1][3] == b"c-4"
+    assert [s[0] for s in seen] == list(range(n + 5))
+    assert seen[-1][3] == b"c-4"
 
 
 def test_retention_removes_expired_records_from_fetches_and_disk(tmp_path: Path) -> None:
@@ -183,10 +185,11 @@ def test_retention_removes_expired_records_from_fetches_and_disk(tmp_path: Path)
         assert len(asyncio.run(read_all(broker.bootstrap, "short", 0, 20))) == 20
         wait_until(lambda: not broker.objects("short", 0), 30, "retention")
         time.sleep(3)  # the grace period of rewritten batches
-        assert asyncio.run(read_all(broker.bootstrap, "short", 0, 1, timeout=3)) == []
+        assert asyncio.run(read_all(broker.bootstrap, "short", 0, 1, wait=3)) == []
         held = subprocess.run(["grep", "-rl", "secret-words", str(tmp_path / "b" / "kafka")], capture_output=True)
         found = held.stdout.decode().split()
-        assert found and all("/topics/forever/" in path for path in found), found
+        assert found
+        assert all("/topics/forever/" in path for path in found), found
         assert len(asyncio.run(read_all(broker.bootstrap, "forever", 0, 20))) == 20
         # New records after everything expired get the next offsets.
         produce_one_by_one(producer, "short", 0, 1, "new")
