@@ -10,7 +10,9 @@ default's window appends (live ingest), for as long as its worker runs.
 A record whose user has no key, or another key than the one it was sealed
 with, belongs to a forgotten user: skipped and counted, never an error.
 A record that does not open with its user's key (malformed, tampered with)
-is bad input and goes to the DLQ like any other.
+is bad input and goes to the DLQ like any other. Command records and
+`forgotten` markers share the archive; they are the commands stage's input
+(agents/consolidator/archived.py) and the window passes over them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 from schemas import SessionEvent, TurnEvent
 from services import metrics
 from services.archive import KeyStore
-from services.archive.codec import ArchiveRecord, RecordRejected, open_record, read_record
+from services.archive.codec import EVENT_TYPES, ArchiveRecord, RecordRejected, open_record, read_record
 from services.errors import InvalidEvent
 
 UNREADABLE = "archive_unreadable"
@@ -42,6 +44,7 @@ async def open_archived(keys: KeyStore, records: Sequence[ArchiveRecord]) -> tup
     counts the forgotten once its batch went through (a retried batch would
     count them twice).
     """
+    records = [r for r in records if r.type in EVENT_TYPES]
     current = await keys.current({r.owner for r in records})
     events: list[TurnEvent | SessionEvent] = []
     forgotten = 0

@@ -10,6 +10,12 @@ A record of `memory.archive` is a JSON envelope (format `v` 1):
 
     {"v": 1, "tenant_id", "user_id", "event_id", "session_id", "ts", "type", "key_id", "nonce", "ciphertext"}
 
+`type` says what is inside: a chat event (`turn`, `session_end`), a memory
+command as the commands stage applied it (`command`: event_id is the command
+id, session_id empty, ts the command's `at`), or the one record in clear,
+`forgotten` (ids only, no key, nothing sealed): a forgotten user's key is
+gone, so the marker that tells followers to forget them cannot be sealed.
+
 In clear is only what routing and replay need: tenant and user (the Kafka key,
 and whose data key opens the record), the event id (replays drop repeats by
 it), the session id and ts (a replay can order and select by them without
@@ -38,6 +44,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from schemas import SessionEvent, TurnEvent, chat_event_adapter, codec
+from schemas.commands import AnyCommand, ForgetUser, command_adapter
 
 FORMAT: Literal[1] = 1
 KEY_BYTES = 32  # AES-256
@@ -45,6 +52,11 @@ NONCE_BYTES = 12  # random per record; a user's key seals far fewer than the 2^3
 _RECORD_AAD = b"memstream.archive.v1"
 _WRAP_AAD = b"memstream.data-key.v1"
 _MASTER_ID_LABEL = b"memstream.master-key-id.v1"
+RecordType = Literal["turn", "session_end", "command", "forgotten"]
+EVENT_TYPES: frozenset[str] = frozenset({"turn", "session_end"})
+# What base64 and the envelope add to a sealed command: a command is cut to fit in
+# `sealable_bytes(max_message_bytes)` so that its archive record fits in a message.
+_ENVELOPE_BYTES = 1024
 
 
 class RecordRejected(ValueError):
@@ -120,7 +132,7 @@ class ArchiveRecord(BaseModel):
     event_id: str
     session_id: str
     ts: str
-    type: Literal["turn", "session_end"]
+    type: RecordType
     key_id: str
     nonce: str
     ciphertext: str
@@ -198,6 +210,8 @@ def read_record(raw: bytes | None) -> ArchiveRecord:
 
 def open_record(record: ArchiveRecord, key: DataKey) -> TurnEvent | SessionEvent:
     """The event inside; RecordRejected unless `key` is the very key it was sealed with, and nothing changed."""
+    if record.type not in EVENT_TYPES:
+        raise RecordRejected(f"record {record.event_id} is a {record.type}, not a chat event")
     plain = open_plain(record, key, f"record {record.event_id}")
     try:
         event = chat_event_adapter.validate_python(orjson.loads(plain))
@@ -207,6 +221,75 @@ def open_record(record: ArchiveRecord, key: DataKey) -> TurnEvent | SessionEvent
     if clear != (record.tenant_id, record.user_id, record.event_id, record.session_id, record.type):
         raise RecordRejected(f"record {record.event_id}: the sealed event does not match its envelope")
     return event
+
+
+def sealable_bytes(max_message_bytes: int) -> int:
+    """The largest command (JSON bytes) whose sealed record still fits in `max_message_bytes` (base64: 4 per 3)."""
+    return (max_message_bytes - _ENVELOPE_BYTES) * 3 // 4
+
+
+def seal_command(key: DataKey, command: AnyCommand) -> bytes:
+    """The archive record of an applied command, encrypted with its user's key (never a forget: see `forgotten`)."""
+    if key.owner != (command.tenant_id, command.user_id):
+        raise ValueError(f"the data key of {key.owner} cannot seal a command of {(command.tenant_id, command.user_id)}")
+    if isinstance(command, ForgetUser):
+        raise ValueError("a forget is archived in clear (`forgotten`): the user's key goes with it")
+    plain = command_adapter.dump_json(command)
+    header = ArchiveRecord(
+        v=FORMAT,
+        tenant_id=command.tenant_id,
+        user_id=command.user_id,
+        event_id=command.command_id,
+        session_id="",
+        ts=orjson.loads(plain)["at"],
+        type="command",
+        key_id=key.key_id,
+        nonce="",
+        ciphertext="",
+    )
+    return codec.dumps(header.model_copy(update=seal_plain(key, header, plain)))
+
+
+def open_command(record: ArchiveRecord, key: DataKey) -> AnyCommand:
+    """The command inside a `command` record; RecordRejected as `open_record`."""
+    if record.type != "command":
+        raise RecordRejected(f"record {record.event_id} is a {record.type}, not a command")
+    plain = open_plain(record, key, f"command {record.event_id}")
+    try:
+        command = command_adapter.validate_json(plain)
+    except ValidationError as exc:
+        raise RecordRejected(f"command {record.event_id}: the sealed command is not a command: {exc}") from None
+    if (command.tenant_id, command.user_id, command.command_id) != (record.tenant_id, record.user_id, record.event_id):
+        raise RecordRejected(f"command {record.event_id}: the sealed command does not match its envelope")
+    return command
+
+
+def forgotten(command: ForgetUser) -> bytes:
+    """The clear archive record of a forget: ids and time only, as `memory.changes`' `forgotten` is."""
+    record = ArchiveRecord(
+        v=FORMAT,
+        tenant_id=command.tenant_id,
+        user_id=command.user_id,
+        event_id=command.command_id,
+        session_id="",
+        ts=command.model_dump(mode="json")["at"],
+        type="forgotten",
+        key_id="",
+        nonce="",
+        ciphertext="",
+    )
+    return codec.dumps(record)
+
+
+def forget_of(record: ArchiveRecord) -> ForgetUser:
+    """The forget a `forgotten` record stands for (it carries no more than that command)."""
+    if record.type != "forgotten":
+        raise RecordRejected(f"record {record.event_id} is a {record.type}, not a forget")
+    try:
+        clear = {"command_id": record.event_id, "tenant_id": record.tenant_id, "user_id": record.user_id}
+        return ForgetUser.model_validate({**clear, "at": record.ts})
+    except ValidationError as exc:
+        raise RecordRejected(f"forget {record.event_id}: {exc}") from None
 
 
 def wrap(master: MasterKey, key: DataKey) -> bytes:

@@ -1,5 +1,9 @@
 """Replaying memory.archive: every event that can still be opened, in per-user order, forgotten users skipped.
 
+Chat events only: the archive's command records (and `forgotten` markers)
+are counted and left to the commands stage, which replays them itself
+(agents/consolidator/archived.py).
+
 `archived_events` reads the topic from its beginning with a consumer of its
 own (no group, nothing committed, so any number of replays can run at once
 and none disturbs the live stages), opens each record with its user's key and
@@ -40,7 +44,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas import SessionEvent, TurnEvent
 from services import topics
-from services.archive.codec import ArchiveRecord, RecordRejected, open_record, read_record
+from services.archive.codec import EVENT_TYPES, ArchiveRecord, RecordRejected, open_record, read_record
 from services.archive.keys import KeyStore
 from services.config import Settings
 from services.errors import StoreUnavailable
@@ -59,6 +63,7 @@ class ReplayStats:
     forgotten: int = 0  # no key any more: the user was forgotten
     unreadable: int = 0  # not an archive record, or it does not open with its user's key
     duplicates: int = 0
+    commands: int = 0  # command and forget records: the commands stage replays those, not the window
 
 
 async def read_topic(
@@ -148,10 +153,15 @@ async def _open_batch(keys: KeyStore, batch: Sequence[Any], stats: ReplayStats) 
     records: list[ArchiveRecord] = []
     for message in batch:
         try:
-            records.append(read_record(message.value))
+            record = read_record(message.value)
         except RecordRejected as exc:
             stats.unreadable += 1
             log.warning("%s[%d]@%d skipped: %s", message.topic, message.partition, message.offset, exc)
+            continue
+        if record.type in EVENT_TYPES:
+            records.append(record)
+        else:
+            stats.commands += 1
     current = await keys.current({r.owner for r in records})
     opened: list[TurnEvent | SessionEvent] = []
     for record in records:
