@@ -238,8 +238,8 @@ class Settings(BaseSettings):
     qdrant_dir: Path | None = None
     # Seconds between the read service's looks at which generation serves (public.generations).
     generation_refresh_seconds: float = 2.0
-    # Set by `rebuild generation` for its first phase: the consolidator leaves memory.commands alone until
-    # the archive is through, so a user's delete or correction meets the memory it names (not applied before it).
+    # Set by `rebuild generation` for its first phase: the commands stage leaves the archive's commands alone
+    # until its chat events are through, so a user's delete or correction meets the memory it names.
     hold_commands: bool = False
 
     # Fault tests only: {"window.after_commit": 5} kills the process there (services/faults.py).

@@ -11,10 +11,11 @@ of its own so two can run at once without touching each other:
   generations registry;
 - Kafka: its own consumer groups (`<app_id>.g-<name>-<stage>`) and its own
   intermediate topics (`memory.evicted.g-<name>`, ... `memory.changes.g-<name>`);
-  its input is the shared `memory.archive`, read by its own window group.
-  `memory.commands` and `memory.dlq` are shared: commands are
-  what users asked (delete, correct, forget), which every generation must
-  apply, and the dead letters name the topic they came from;
+  its input is the shared `memory.archive`, read by its own window group
+  (turns, session ends) and its own consolidator group (the commands users gave,
+  sealed there as the default applied them: delete, correct, forget, ...),
+  never the short-lived `memory.commands`. `memory.dlq` is shared: the dead
+  letters name the topic they came from;
 - the index: collection `<collection>.g-<name>` on a Qdrant server, or a
   shard directory of its own, `data_dir/generations/<name>/qdrant`.
 

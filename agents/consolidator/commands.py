@@ -11,6 +11,11 @@ same transaction, so a crash after the commit loses none; a change is sealed
 with its user's data key as it is queued (services/archive/changes.py). The rules are
 pure functions in agents.consolidator.command_plan.
 
+Every applied command but an access mark is also queued for `memory.archive`
+in the same transaction, sealed with its user's key (a forget: a marker in
+clear), so a rebuild replays commands from the archive alone; a generation's
+commands stage reads them from there (agents/consolidator/archived.py).
+
 New text (an add, a correction, an imported memory without a usable
 vector) is embedded here, with the worker's model, in one batch before the
 transaction: the same model as every other memory, and a replay of the log
@@ -30,6 +35,7 @@ from types import ModuleType
 
 import faust
 
+from agents.consolidator import archived as archive
 from agents.consolidator import command_plan as plan
 from agents.consolidator.apply import apply_candidate
 from agents.stage import batched_agent, send_all
@@ -48,8 +54,10 @@ from schemas.commands import (
     ImportPart,
     UserForgotten,
 )
+from services import metrics
 from services import topics as topic_names
 from services.archive.changes import ChangeSealer, Message
+from services.archive.codec import ArchiveRecord
 from services.runtime import Runtime
 from services.stores.postgres import Conn, OutboxMessage
 from services.stores.postgres.commands import Access, CommandStore
@@ -90,6 +98,8 @@ class Applied:
 
     sealer: ChangeSealer
     messages: list[tuple[Published, Message, OutboxMessage | None]] = field(default_factory=list)
+    # memory.archive records of the applied commands (and leftovers of their scopes), in order.
+    archive: list[OutboxMessage] = field(default_factory=list)
 
     async def outbox(self, changes: Sequence[Published], command_id: str) -> list[OutboxMessage]:
         rows = []
@@ -112,6 +122,7 @@ class Applied:
         """A forgotten user's earlier changes in this batch are never published (their outbox rows are gone too),
         and their key is gone: a later change of theirs in the batch is sealed with a new one."""
         self.messages = [m for m in self.messages if (m[0].tenant_id, m[0].user_id) != (tenant_id, user_id)]
+        self.archive = [m for m in self.archive if m.scope != partition_key(tenant_id, user_id).decode()]
         self.sealer.forgotten(tenant_id, user_id)
 
     @property
@@ -159,6 +170,8 @@ async def apply_commands(rt: Runtime, batch: list[AnyCommand]) -> Applied:
                 marks = []
                 if await _store.claim(conn, tenant_id, user_id, [cmd.command_id]):
                     await _apply_one(rt, conn, cmd, vectors, model, now, applied)
+                    if rt.settings.generation is None and archive.archived(cmd):
+                        await _archive(rt, conn, cmd, applied)
             await _mark(conn, tenant_id, user_id, marks)
     return applied
 
@@ -225,6 +238,21 @@ async def _apply_one(
     await rt.outbox.add(conn, await applied.outbox(changes, cmd.command_id))
 
 
+async def _archive(rt: Runtime, conn: Conn, cmd: AnyCommand, applied: Applied) -> None:
+    """Queue the applied command's archive record, after the scope's unsent archive records (the user's order).
+
+    The user's key is asked for now, in the transaction: a forget earlier in
+    the batch deleted it, so a later command is sealed with a new one.
+    """
+    scope = partition_key(cmd.tenant_id, cmd.user_id).decode()
+    leftovers = [m for m in await rt.outbox.pending(conn, scope) if m.topic == topic_names.ARCHIVE]
+    owner = (cmd.tenant_id, cmd.user_id)
+    key = None if isinstance(cmd, ForgetUser) else (await rt.keys.for_writing(conn, [owner]))[owner]
+    row = archive.archive_message(cmd, key)
+    await rt.outbox.add(conn, [row])
+    applied.archive += [*leftovers, row]
+
+
 async def _delete(
     rt: Runtime, conn: Conn, cmd: DeleteMemory | DeleteSession | DeleteTopic, now: datetime
 ) -> list[MemoryChange]:
@@ -264,14 +292,29 @@ async def _import(
 async def publish(rt: Runtime, topics: Topics, applied: Applied) -> None:
     """Everything in commit order, one wait for the broker; then the outbox rows go (the relay resends leftovers)."""
     await send_all(topics.changes, STAGE, applied.sealed)
-    await rt.outbox.delete([m.id for _, _, m in applied.messages if m is not None])
+    archived = list({m.id: m for m in applied.archive}.values())
+    await send_all(topics.archive, STAGE, [(m.key, m.value) for m in archived])
+    await rt.outbox.delete([m.id for _, _, m in applied.messages if m is not None] + [m.id for m in archived])
 
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
     rt.open_keys()  # the master key now: changes are sealed per user
     if s.hold_commands:
-        log.info("memory.commands held until the archive is through (a generation's rebuild, first phase)")
+        log.info("commands held until the archive's chat events are through (a generation's rebuild, first phase)")
+        return
+    if s.generation:
+        keys = rt.open_keys()
+
+        async def replay(records: list[ArchiveRecord]) -> None:
+            found = archive.replayed(records, await keys.current({r.owner for r in records}))
+            if found.commands:
+                await publish(rt, topics, await apply_commands(rt, found.commands))
+            if found.skipped["forgotten"]:
+                metrics.ARCHIVE_SKIPPED.labels(reason="forgotten").inc(found.skipped["forgotten"])
+
+        # A generation's commands come from memory.archive, which keeps them: never from memory.commands.
+        archive.consume_archive(app, topics.archive, topics.dlq, s, stage=STAGE, handle=replay)
         return
 
     async def handle(batch: list[CommandMessage]) -> None:

@@ -53,6 +53,7 @@ from services.api.command_models import (
 )
 from services.api.jsonbody import StrictJsonRoute
 from services.api.models import MemoryIdPath, SessionPath, UserPath
+from services.archive.codec import sealable_bytes
 from services.auth import Principal
 from services.runtime import Runtime
 from services.stores.postgres.commands import CommandStore
@@ -340,7 +341,9 @@ def memory_router(rt: Runtime) -> APIRouter:
                 raise HTTPException(409, "this user already holds data: import into a new user, or forget this one")
         import_id = str(uuid.uuid4())
         try:
-            parts = import_parts(body.document, tenant, user_id, import_id, _now(), settings.max_message_bytes)
+            # Each part is archived sealed once applied (base64): cut to what still fits in a message then.
+            budget = sealable_bytes(settings.max_message_bytes)
+            parts = import_parts(body.document, tenant, user_id, import_id, _now(), budget)
         except ItemTooLarge as exc:
             raise HTTPException(413, str(exc)) from exc
         return await submit(response, parts, wait=wait, started=started, command_id=import_id)

@@ -6,7 +6,7 @@
    of topics.yaml;
 2. starts a worker process in the generation (`memstream worker` with
    MEMSTREAM_GENERATION=NAME: every stage, with the generation's consumer
-   groups, topics, schema and index) that holds `memory.commands` back.
+   groups, topics, schema and index) that holds its commands stage back.
    Its window reads `memory.archive` from the beginning with a group of its
    own, opening each record with its user's key and skipping forgotten users
    (agents/window/archived.py); it does not archive again;
@@ -14,14 +14,17 @@
    committed the end of its input and the generation's outbox is empty, for
    `settle` seconds in a row (the window's lag on the archive drives the
    progress bar; the total lag is written to the registry as it falls, for
-   /metrics); then the same with a worker that applies the commands too, so
-   users' deletes and corrections meet the memories they name;
+   /metrics); then the same with a worker whose commands stage reads the
+   archive too, from its beginning, for the command records the default's
+   commands stage sealed there (agents/consolidator/archived.py), so users'
+   deletes and corrections meet the memories they name. Nothing is read from
+   `memory.commands`, whose records expire: the archive is the one source;
 4. stops the worker and marks the generation `ready`, with its figures.
 
 The generation then holds the memory the current code derives from the
 archive, in its own schema and index. It stays current because the same
 groups go on reading the archive, which the default generation's window
-keeps appending to, and the shared `memory.commands`: the embedded stack
+keeps appending to (turns, session ends and applied commands): the embedded stack
 runs a worker for every ready or serving generation, and the read service
 feeds the serving generation's Qdrant Edge shard itself (a shard has one
 owner; services/api/index_follower.py). With a Qdrant server, run
@@ -63,11 +66,11 @@ STAGE_INPUTS = (
     ("summarizer", "evicted"),
     ("embedder", "candidates"),
     ("consolidator", "embedded"),
-    ("consolidator", "commands"),
+    ("consolidator", "archive"),  # the commands stage: the archive's command records
     ("qdrant_sink", "changes"),
 )
 # The first phase holds the commands back (see `rebuild_generation`).
-FIRST_PHASE = tuple(pair for pair in STAGE_INPUTS if pair != ("consolidator", "commands"))
+FIRST_PHASE = tuple(pair for pair in STAGE_INPUTS if pair != ("consolidator", "archive"))
 
 
 @dataclass
@@ -215,7 +218,8 @@ async def rebuild_generation(
     async with await _connect(settings.pg_dsn) as conn:
         await generations.begin(conn, name, source="memory.archive")
     await create_topics_of(settings, gen)
-    # Two phases: the archive through every stage with the commands held back, then the commands. A command
+    # Two phases: the archive's chat events through every stage with the commands held back, then the archive's
+    # commands. A command
     # names memory that existed when it was given; applied before the archive had re-derived that memory, a
     # delete would find nothing and the deleted memory would come back.
     for inputs, hold in ((FIRST_PHASE, True), (STAGE_INPUTS, False)):
