@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test check fmt install lock schemas dashboard bench bench-locomo clean
+.PHONY: up test check fmt install lock schemas dashboard bench bench-locomo bench-log clean
 
 # Every package at the version in requirements.lock (pinned, hashed; main + dev
 # dependencies), then memstream itself on top without resolving anything.
@@ -65,3 +65,8 @@ bench: $(STAMP)
 LOCOMO ?= ../shared/bench/locomo_dev.json
 bench-locomo: $(STAMP)
 	$(BIN)/python -m tests.bench.locomo --data $(LOCOMO)
+
+# The embedded broker's log at 10k / 100k / 1M produce requests per partition (~15 min):
+# tail latency, keeper time, replay rate, disk under retention; bench-results/log.json.
+bench-log: $(STAMP)
+	$(BIN)/python -m tests.bench.log
