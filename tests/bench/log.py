@@ -99,17 +99,16 @@ class Rig:
 
 
 def fill(rig: Rig, n: int, spacing: float) -> None:
-    """The topic with one real produce, then n - 1 more one-message batch files as tansu writes them."""
+    """The topic created by tansu, then n one-message batch files as tansu writes them, the newest last."""
     admin = AdminClient({"bootstrap.servers": rig.settings.kafka_bootstrap})
     for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
         future.result(30)
-    producer = Producer({"bootstrap.servers": rig.settings.kafka_bootstrap, "linger.ms": 0})
-    producer.produce(TOPIC, value=turn_like(0), partition=0)
-    producer.flush(30)
     rig.stop()
-    folder = rig.records / "records"
+    cluster = next((rig.root / "kafka" / "tansu" / "clusters").iterdir())
+    folder = cluster / "topics" / TOPIC / "partitions" / "0000000000" / "records"
+    folder.mkdir(parents=True, exist_ok=True)
     now = time.time()
-    for i in range(1, n):
+    for i in range(n):
         at = now - (n - i) * spacing
         builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 16)
         builder.append(0, int(at * 1000), f"bench:u{i % 500}".encode(), turn_like(i), [])
@@ -166,7 +165,7 @@ def objects(rig: Rig) -> int:
     return len(os.listdir(rig.records / "records"))
 
 
-def measure(n: int, retention_days: float, workdir: Path) -> dict[str, Any]:
+def measure(n: int, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"requests": n}
     rig = Rig(workdir / f"n{n}")
     rig.start(keeper=False)
@@ -185,8 +184,12 @@ def measure(n: int, retention_days: float, workdir: Path) -> dict[str, Any]:
     out["replay_records_per_s"] = round(asyncio.run(replay_rate(rig.settings.kafka_bootstrap, n + 2)))
     rig.stop()
     shutil.rmtree(rig.root)
+    return out
 
-    # Retention: the same number of requests spread over twice the retention period.
+
+def measure_retention(n: int, retention_days: float, workdir: Path) -> dict[str, Any]:
+    """The same number of requests spread over twice the retention period: half of them expired."""
+    out: dict[str, Any] = {"requests": n, "retention_days": retention_days}
     rig = Rig(workdir / f"r{n}")
     rig.start(keeper=False)
     retention_s = retention_days * 86_400
@@ -211,9 +214,9 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="memstream-log-bench-") as tmp:
         for n in (int(s) for s in args.sizes.split(",")):
-            row = measure(n, args.retention_days, Path(tmp))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            for row in (measure(n, Path(tmp)), measure_retention(n, args.retention_days, Path(tmp))):
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     (RESULTS / "log.json").write_text(json.dumps(rows, indent=2))
     return 0
 
