@@ -106,6 +106,8 @@ class Settings(BaseSettings):
     recall_weight_importance: float = 0.20
     recall_weight_access: float = 0.10
     recall_weight_entity: float = 0.02
+    # Access marks are coalesced per memory over this window (one mark: a count and the last access).
+    access_flush_seconds: float = Field(5.0, gt=0, le=3600)
     # MiniLM cosine above which a fact or preference is pinned ahead of the rest.
     profile_min_similarity: float = 0.5
 

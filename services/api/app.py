@@ -48,13 +48,14 @@ from services.runtime import Runtime
 
 
 def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = None) -> FastAPI:
-    """`marks` defaults to a Kafka producer on `memory.commands`, started by the first recall.
+    """`marks` defaults to a Kafka producer on `memory.commands`, started by the first recall, one window of
+    marks every `access_flush_seconds`.
 
     It stops with the app's lifespan when the server runs one; with
     `lifespan="off"` its task ends with the event loop (marks are best effort).
     """
     settings = rt.settings
-    access = marks or AccessMarks(lambda: kafka_producer(settings))
+    access = marks or AccessMarks(lambda: kafka_producer(settings), flush_seconds=settings.access_flush_seconds)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
