@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 import uuid
@@ -36,6 +37,20 @@ def stable_id(*parts: str) -> str:
     """
     namespace, name = id_input(parts)
     return str(uuid.uuid5(namespace, name))
+
+
+def keyed_id(secret: bytes, *parts: str) -> str:
+    """A UUID (RFC 9562 version 8) that only a holder of `secret` can compute from `parts`.
+
+    The same parts under the same secret give the same id (replays upsert);
+    without the secret no dictionary over the parts finds it, which is what
+    lets a memory id travel in clear after its owner's key is destroyed.
+    """
+    namespace, name = id_input(parts)
+    digest = bytearray(hmac.new(secret, namespace.bytes + name.encode(), hashlib.sha256).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x80
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    return str(uuid.UUID(bytes=bytes(digest)))
 
 
 def id_input(parts: tuple[str, ...]) -> tuple[uuid.UUID, str]:

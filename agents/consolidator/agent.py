@@ -59,6 +59,31 @@ async def consolidate(
     return messages
 
 
+async def with_memory_ids(rt: Runtime, batch: list[EmbeddedCandidate]) -> list[EmbeddedCandidate]:
+    """The batch with each candidate's content-derived id turned into its memory id under its user's key.
+
+    Every id a memory gets starts here (superseding versions and merges derive
+    theirs from it), so no id on memory.changes, the archive or the index can
+    be recomputed from content once forgetting has destroyed the key.
+    """
+    async with rt.pg.transaction("memory_ids") as conn:
+        keys = await rt.keys.for_writing(conn, {(i.candidate.tenant_id, i.candidate.user_id) for i in batch})
+    return [
+        i.model_copy(
+            update={
+                "candidate": i.candidate.model_copy(
+                    update={
+                        "candidate_id": keys[i.candidate.tenant_id, i.candidate.user_id].memory_id(
+                            i.candidate.candidate_id
+                        )
+                    }
+                )
+            }
+        )
+        for i in batch
+    ]
+
+
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
     for action in Action:  # every kind has a series from the start
@@ -69,8 +94,9 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         llm.declare()
         metrics.DLQ.labels(stage=STAGE, reason=llm.LLM_INVALID_OUTPUT)
 
-    async def handle(batch: list[EmbeddedCandidate]) -> None:
-        messages = await consolidate(rt, batch, await llm.verdicts(rt, batch, dlq, STAGE))
+    async def handle(arrived: list[EmbeddedCandidate]) -> None:
+        batch = await with_memory_ids(rt, arrived)
+        messages = await consolidate(rt, batch, await llm.verdicts(rt, batch, dlq, STAGE, arrived))
         crash_point(s, "consolidator.after_commit")
         await send_all(topics.changes, STAGE, messages)
 

@@ -64,7 +64,12 @@ def worth_asking(item: EmbeddedCandidate, near: Sequence[Nearby], min_similarity
 
 
 async def _ask(
-    llm: LlmClient, dlq: DeadLetters, item: EmbeddedCandidate, neighbours: list[MemoryRecord], stage: str
+    llm: LlmClient,
+    dlq: DeadLetters,
+    item: EmbeddedCandidate,
+    arrived: EmbeddedCandidate,
+    neighbours: list[MemoryRecord],
+    stage: str,
 ) -> Verdict | None:
     outcome = await decide(llm, item.candidate, neighbours)
     if isinstance(outcome, Ok):
@@ -72,13 +77,23 @@ async def _ask(
         return Verdict(d.action, d.target_id, d.reason)
     if outcome.dead_letter:
         await dlq.send_value(
-            item.key, codec.dumps(item), stage=stage, reason=LLM_INVALID_OUTPUT, error=outcome.describe(OPERATION)
+            arrived.key, codec.dumps(arrived), stage=stage, reason=LLM_INVALID_OUTPUT, error=outcome.describe(OPERATION)
         )
     return None
 
 
-async def verdicts(rt: Runtime, batch: Sequence[EmbeddedCandidate], dlq: DeadLetters, stage: str) -> dict[int, Verdict]:
-    """The model's verdict per batch position, for the candidates worth asking; one neighbour query for all."""
+async def verdicts(
+    rt: Runtime,
+    batch: Sequence[EmbeddedCandidate],
+    dlq: DeadLetters,
+    stage: str,
+    arrived: Sequence[EmbeddedCandidate] | None = None,
+) -> dict[int, Verdict]:
+    """The model's verdict per batch position, for the candidates worth asking; one neighbour query for all.
+
+    `arrived`: the batch as it came off the topic (before memory ids), which is what a dead letter keeps.
+    """
+    arrived = batch if arrived is None else arrived
     llm = rt.llm
     positions = [i for i, item in enumerate(batch) if item.candidate.type in DECIDED_TYPES and item.vector]
     if llm is None or not positions:
@@ -91,7 +106,7 @@ async def verdicts(rt: Runtime, batch: Sequence[EmbeddedCandidate], dlq: DeadLet
         shown = worth_asking(batch[i], found.get(pos, []), rt.settings.llm_decide_min_similarity)
         if shown:
             asks[i] = shown
-    answers = await asyncio.gather(*(_ask(llm, dlq, batch[i], shown, stage) for i, shown in asks.items()))
+    answers = await asyncio.gather(*(_ask(llm, dlq, batch[i], arrived[i], shown, stage) for i, shown in asks.items()))
     return {i: v for i, v in zip(asks, answers, strict=True) if v is not None}
 
 

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from schemas import SessionEvent, TurnEvent, chat_event_adapter, codec
 from schemas.commands import AnyCommand, ForgetUser, command_adapter
+from services.textutil import keyed_id
 
 FORMAT: Literal[1] = 1
 KEY_BYTES = 32  # AES-256
@@ -52,6 +53,7 @@ NONCE_BYTES = 12  # random per record; a user's key seals far fewer than the 2^3
 _RECORD_AAD = b"memstream.archive.v1"
 _WRAP_AAD = b"memstream.data-key.v1"
 _MASTER_ID_LABEL = b"memstream.master-key-id.v1"
+_MEMORY_IDS_LABEL = b"memstream.memory-ids.v1"
 RecordType = Literal["turn", "session_end", "command", "forgotten"]
 EVENT_TYPES: frozenset[str] = frozenset({"turn", "session_end"})
 # What base64 and the envelope add to a sealed command: a command is cut to fit in
@@ -93,6 +95,16 @@ class DataKey:
     @property
     def owner(self) -> tuple[str, str]:
         return self.tenant_id, self.user_id
+
+    def memory_id(self, derived: str) -> str:
+        """The id a memory derived as `derived` (its candidate id, from its content) has under this user's key.
+
+        Content-derived ids would let anyone with a dictionary recover a
+        forgotten value from an id kept on memory.changes; under a key that
+        forgetting destroys they are just random. A key of its own (derived,
+        labelled) so the id never reveals anything about the sealing key.
+        """
+        return keyed_id(hmac.new(self.secret, _MEMORY_IDS_LABEL, hashlib.sha256).digest(), derived)
 
 
 @dataclass(frozen=True)

@@ -377,3 +377,32 @@ async def _awaited(found: Awaitable[dict[str, int]], n: int) -> bool:
 
 async def _version_is(found: Awaitable[dict[str, int]], record_id: str, version: int) -> bool:
     return (await found).get(record_id) == version
+
+
+async def test_consolidator_agent_gives_a_memory_an_id_only_its_users_key_derives(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    """The id on memory.changes is the candidate's under the user's key: no dictionary over content finds it."""
+    from agents.consolidator import agent
+    from schemas import EmbeddedCandidate
+
+    h = harness(agent, "embedded")
+    vector = [1.0] + [0.0] * 383
+    values = [
+        orjson.dumps(
+            EmbeddedCandidate(
+                tenant_id="t", user_id="u", candidate=_candidate(t), vector=vector, model="test"
+            ).model_dump(mode="json")
+        )
+        for t in ("I live in Lisbon.", "I live in Lisbon.")  # the second is the first again: reinforced, one id
+    ]
+    out = h.sink("changes")
+    await h.feed(values[:1], lambda: len(out.sent) >= 1)
+    key = await h.runtime.keys.get_or_create("t", "u")
+    (added,) = [c for c in await h.changes() if c["op"] == ChangeOp.ADDED.value]
+    memory_id = added["record"]["id"]
+    assert memory_id == key.memory_id(stable_id("I live in Lisbon."))
+    assert memory_id != stable_id("I live in Lisbon.")
+    assert [v["memory_id"] for v in out.values()] == [memory_id]  # what travels in clear
+    await h.feed(values[1:], lambda: len(out.sent) >= 2)
+    assert {v["memory_id"] for v in out.values()} == {memory_id}

@@ -8,7 +8,8 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.textutil import id_input, stable_id
+from services.archive.codec import new_data_key
+from services.textutil import id_input, keyed_id, stable_id
 
 LEGACY_NAMESPACE = uuid.UUID("6f0d5a52-7b5e-4d0e-9a53-2f1f6c7e0b11")
 
@@ -55,3 +56,22 @@ def test_different_tuples_never_share_an_input(parts: tuple[str, ...], data: st.
     other = tuple(joined[i:j] for i, j in zip([0, *cuts], [*cuts, len(joined)], strict=True))
     other = other if data.draw(st.booleans()) else data.draw(part_tuples)
     assert (id_input(parts) == id_input(other)) is (parts == other)
+
+
+@given(st.binary(min_size=1, max_size=40), st.tuples(st.text(max_size=20), st.text(max_size=20)))
+@settings(max_examples=100)
+def test_a_keyed_id_is_a_version_8_uuid_fixed_by_its_secret_and_parts(secret: bytes, parts: tuple[str, str]) -> None:
+    made = keyed_id(secret, *parts)
+    assert made == keyed_id(secret, *parts)
+    parsed = uuid.UUID(made)
+    assert (parsed.version, parsed.variant) == (8, uuid.RFC_4122)
+    assert made != keyed_id(secret + b"x", *parts)
+    assert made != stable_id(*parts)
+
+
+def test_a_memory_id_differs_per_user_key_and_from_the_content_id() -> None:
+    derived = stable_id("t", "u", "fact", "location", "city", "lisbon")
+    alice, bob = new_data_key("t", "alice"), new_data_key("t", "bob")
+    assert alice.memory_id(derived) == alice.memory_id(derived)
+    assert len({alice.memory_id(derived), bob.memory_id(derived), derived}) == 3
+    assert new_data_key("t", "alice").memory_id(derived) != alice.memory_id(derived)  # a new key after a forget
