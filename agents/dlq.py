@@ -1,6 +1,11 @@
 """Poison messages go to `memory.dlq`: original bytes as the value, the reason in headers.
 
-Keeping the value byte-for-byte lets an operator fix and re-produce it. When
+Keeping the value byte-for-byte lets an operator fix and re-produce it. A
+value whose user can be told (JSON naming tenant_id and user_id, or a
+`tenant:user` key of a user with a data key) is kept sealed with that user's
+data key (services/archive/dlq.py), tenant and user in headers, so
+forgetting the user reaches the DLQ; `memstream dlq` opens it. Bytes that
+name nobody stay in clear and expire with the topic (30 days). When
 the original cannot fit under the broker's message limit, the DLQ keeps a
 truncated copy and says so: `x-memstream-original-size` and
 `x-memstream-sha256` identify the original. The send is awaited, so the
@@ -16,8 +21,19 @@ import logging
 from typing import Any
 
 from services import metrics
+from services.archive import dlq as sealed
+from services.archive.keys import KeyStore
 
 log = logging.getLogger(__name__)
+# The process's key store, set once as the worker builds its stages (`use_keys`): every stage's DLQ seals with it.
+_keys: KeyStore | None = None
+
+
+def use_keys(keys: KeyStore | None) -> None:
+    """Seal dead letters of identifiable users with these keys (None: leave them in clear, as tests without keys do)."""
+    global _keys
+    _keys = keys
+
 
 REASON_HEADER = "x-memstream-reason"
 _ERROR_CHARS = 2000
@@ -39,9 +55,10 @@ def _fit(raw: bytes | None, limit: int) -> tuple[bytes | None, dict[str, bytes]]
 class DeadLetters:
     """memory.dlq as a stage sees it: one call per poison message, bounded and awaited."""
 
-    def __init__(self, topic: Any, max_message_bytes: int) -> None:
+    def __init__(self, topic: Any, max_message_bytes: int, keys: KeyStore | None = None) -> None:
         self.topic = topic
         self._value_limit = max(max_message_bytes - _OVERHEAD, 1024)
+        self._keys = keys
 
     async def send(self, event: Any, *, stage: str, reason: str, error: str) -> None:
         message = event.message
@@ -68,12 +85,22 @@ class DeadLetters:
         error: str,
         where: str,
     ) -> None:
-        value, value_headers = _fit(value, self._value_limit)
+        keys = self._keys or _keys
+        owner_headers: dict[str, bytes] = {}
+        if keys is not None:
+            # Base64 takes 4 bytes for 3: the sealed copy must fit too.
+            value, value_headers = _fit(value, self._value_limit * 3 // 4 - 512)
+            value, owner_headers = await sealed.seal_for(keys, key, value)
+            if owner_headers:  # a digest of the user's bytes would outlive their key
+                value_headers.pop("x-memstream-sha256", None)
+        else:
+            value, value_headers = _fit(value, self._value_limit)
         key, _ = _fit(key, _MAX_KEY_BYTES)
         headers = {
             REASON_HEADER: reason.encode(),
             "x-memstream-error": error[:_ERROR_CHARS].encode("utf-8", "replace"),
             "x-memstream-stage": stage.encode(),
+            **owner_headers,
             **source,
             **value_headers,
         }

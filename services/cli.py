@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from services.cli_changes import add_parser as add_changes_parser
+from services.cli_dlq import add_parser as add_dlq_parser
 from services.cli_kafka_users import add_parser as add_kafka_users_parser
 from services.cli_keys import add_parser as add_keys_parser
 from services.cli_mcp import add_parser as add_mcp_parser
@@ -172,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_memories_parser(sub)
     add_rebuild_parser(sub)
     add_changes_parser(sub)
+    add_dlq_parser(sub)
     return parser
 
 

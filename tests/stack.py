@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -327,6 +328,27 @@ async def read_dlq(bootstrap: str, *, at_least: int = 0, quiet: float = 2.0, wit
         return found
     finally:
         await consumer.stop()
+
+
+async def opened_dlq(stack: Stack, entries: list[DeadLetter]) -> list[DeadLetter]:
+    """The entries with each sealed value opened with its user's key, as `memstream dlq` shows them.
+
+    A forgotten user's entry keeps its sealed bytes (nothing opens them).
+    """
+    from services.archive.dlq import OPENED, open_entries
+    from services.archive.keys import KeyStore
+    from services.stores.postgres import PgPool
+
+    settings = stack_settings(stack)
+    pool = PgPool(settings.pg_dsn, 2)
+    await pool.open()
+    try:
+        found = await open_entries(KeyStore.from_settings(pool, settings), [(e.value, e.headers) for e in entries])
+    finally:
+        await pool.close()
+    return [
+        dataclasses.replace(e, value=o.value) if o.state == OPENED else e for e, o in zip(entries, found, strict=True)
+    ]
 
 
 def postgres_pids(stack: Stack) -> list[int]:

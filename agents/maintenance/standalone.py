@@ -51,10 +51,12 @@ async def maintain_once(settings: Settings, now: datetime, tenant_id: str | None
             await fut
         await outbox.delete([m.id for m in unique])
 
+    # Sealing each user's changes (and dead letters) needs their data keys: a writer, so it may create the master key file.
+    keys = KeyStore.from_settings(pool, settings, create_master=True)
     llm = LlmClient.from_settings(settings)
     synthesis = None
     if llm is not None:
-        dlq = DeadLetters(_ProducerTopic(producer, topics.DLQ), settings.max_message_bytes)
+        dlq = DeadLetters(_ProducerTopic(producer, topics.DLQ), settings.max_message_bytes, keys)
 
         async def dead_letter(key: bytes, value: bytes, error: str) -> None:
             await dlq.send_value(key, value, stage="maintenance", reason=LLM_INVALID_OUTPUT, error=error)
@@ -65,8 +67,6 @@ async def maintain_once(settings: Settings, now: datetime, tenant_id: str | None
     await producer.start()
     try:
         rules = Rules.from_settings(settings)
-        # Sealing each user's changes needs their data keys: a writer, so it may create the master key file.
-        keys = KeyStore.from_settings(pool, settings, create_master=True)
         return await run_pass(pool, outbox, rules, now, publish, tenant_id, user_id, synthesis, keys=keys)
     finally:
         await producer.stop()
