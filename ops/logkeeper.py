@@ -356,8 +356,16 @@ class Keeper:
         todo = plan(batches, now, retention_ms, self.config)
         if not (todo.delete or todo.trim or todo.merges):
             return backlog
-        cut = self._trimmed(folder, todo.trim, now - (retention_ms or 0)) if todo.trim else None
-        merged = [(run, self._merged(folder, run)) for run in todo.merges]
+        merged: list[tuple[list[Stored], Path]] = []
+        cut = None
+        try:
+            cut = self._trimmed(folder, todo.trim, now - (retention_ms or 0)) if todo.trim else None
+            for run in todo.merges:
+                merged.append((run, self._merged(folder, run)))
+        except FileNotFoundError:  # the topic was deleted meanwhile
+            for temp in [t for _, t in merged] + ([cut.temp] if cut is not None and cut.temp else []):
+                temp.unlink(missing_ok=True)
+            return backlog
         temps = [temp for _, temp in merged] + ([cut.temp] if cut and cut.temp else [])
         with self.gate.held(rel, self.config.quiet, self.config.max_wait) as quiet:
             if not quiet:
