@@ -66,6 +66,7 @@ from services.stores.postgres.forget import forget_user
 from services.textutil import stable_id
 
 STAGE = "commands"
+ACCESS_STAGE = "commands_access"  # a generation's: access marks only
 _store = CommandStore()
 log = logging.getLogger(__name__)
 Published = MemoryChange | UserForgotten
@@ -313,8 +314,26 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
             if found.skipped["forgotten"]:
                 metrics.ARCHIVE_SKIPPED.labels(reason="forgotten").inc(found.skipped["forgotten"])
 
-        # A generation's commands come from memory.archive, which keeps them: never from memory.commands.
+        # A generation's commands come from memory.archive, which keeps them; memory.commands gives it
+        # only access marks, which are reads and never archived, so the serving generation counts them too.
         archive.consume_archive(app, topics.archive, topics.dlq, s, stage=STAGE, handle=replay)
+
+        async def access_only(batch: list[CommandMessage]) -> None:
+            marks: list[AnyCommand] = [m.root for m in batch if isinstance(m.root, AccessCommand)]
+            if marks:
+                await publish(rt, topics, await apply_commands(rt, marks))
+
+        batched_agent(
+            app,
+            topics.commands,
+            topics.dlq,
+            s,
+            stage=ACCESS_STAGE,
+            model=CommandMessage,
+            size=s.consolidate_batch_size,
+            within=s.consolidate_batch_within,
+            handle=access_only,
+        )
         return
 
     async def handle(batch: list[CommandMessage]) -> None:

@@ -42,11 +42,11 @@ def memory_rows(dsn: str) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture
-async def generation_commands(tmp_path: Path, pg_dsn: str) -> AsyncIterator[Callable[[], Awaitable[Harness]]]:
-    """A generation's commands stage, reading memory.archive; built on demand (after the default's run)."""
+async def generation_commands(tmp_path: Path, pg_dsn: str) -> AsyncIterator[Callable[..., Awaitable[Harness]]]:
+    """A generation's commands stage, reading memory.archive (or `source`); built on demand (after the default's run)."""
     made: list[Runtime] = []
 
-    async def build() -> Harness:
+    async def build(source: str = "archive") -> Harness:
         # The default harness's data dir: the same master key opens the users' keys.
         runtime = Runtime.create(
             Settings(data_dir=tmp_path, pg_dsn=pg_dsn, generation="v2", consolidate_batch_within=0.01)
@@ -54,13 +54,13 @@ async def generation_commands(tmp_path: Path, pg_dsn: str) -> AsyncIterator[Call
         made.append(runtime)
         await runtime.pg.open()
         app = faust.App("test-generation-commands", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False)
-        archive = app.topic(
-            TOPIC_NAMES["archive"], key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        inbound = app.topic(
+            TOPIC_NAMES[source], key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
         )
-        others = {role: Sink(name) for role, name in TOPIC_NAMES.items() if role != "archive"}
-        topics = Topics(archive=archive, **others)
+        others = {role: Sink(name) for role, name in TOPIC_NAMES.items() if role != source}
+        topics = Topics(**{source: inbound}, **others)
         commands.register(app, topics, runtime)
-        return Harness(app, commands.STAGE, topics, runtime)
+        return Harness(app, commands.STAGE if source == "archive" else commands.ACCESS_STAGE, topics, runtime)
 
     await migrate(pg_dsn)
     yield build
@@ -131,3 +131,23 @@ async def test_applied_commands_are_archived_in_order_and_a_generation_replays_t
     assert not await replay.runtime.outbox.stale(older_than_seconds=0, limit=10)
     assert replay.sink("changes").sent
     assert replay.sink("dlq").sent == []
+
+
+async def test_a_generation_counts_access_marks_from_memory_commands_and_applies_nothing_else_from_there(
+    harness: Callable[[Any, str], Harness], generation_commands: Callable[..., Awaitable[Harness]], pg_dsn: str
+) -> None:
+    h = harness(commands, "commands")
+    tea = add("1", "I love green tea in the morning")
+    await h.feed([raw(tea)], lambda: claimed(pg_dsn, tea.command_id))
+    access = AccessCommand.model_validate({**envelope("2"), "memory_ids": [tea.memory_id]})
+    walks = add("3", "Enjoys long walks")  # archived by the default: a generation takes it from the archive only
+    serving = await generation_commands("commands")
+
+    def counted() -> bool:
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute("SELECT access_count FROM memories WHERE id = %s", (tea.memory_id,)).fetchone()
+        return row is not None and row[0] == 1
+
+    await serving.feed([raw(walks), raw(access)], counted)
+    assert not claimed(pg_dsn, walks.command_id)
+    assert serving.sink("changes").sent == []  # an access mark publishes nothing
