@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from typing import Any
 
 from services import metrics
@@ -37,6 +38,16 @@ def use_keys(keys: KeyStore | None) -> None:
 
 REASON_HEADER = "x-memstream-reason"
 _ERROR_CHARS = 2000
+# What an error message may quote of the input: pydantic's input_value=..., anything in quotes.
+_INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]|$)", re.DOTALL)
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+
+
+def redacted(error: str) -> str:
+    """An error about a sealed entry, without the input it may quote: the header stays in clear after a forget."""
+    return _QUOTED.sub("'…'", _INPUT_VALUE.sub("input_value=…", error))
+
+
 _MAX_KEY_BYTES = 1024
 # Room for headers and the record envelope under the message limit.
 _OVERHEAD = 8 * 1024
@@ -91,8 +102,9 @@ class DeadLetters:
             # Base64 takes 4 bytes for 3: the sealed copy must fit too.
             value, value_headers = _fit(value, self._value_limit * 3 // 4 - 512)
             value, owner_headers = await sealed.seal_for(keys, key, value)
-            if owner_headers:  # a digest of the user's bytes would outlive their key
+            if owner_headers:  # a digest of the user's bytes, or their words quoted, would outlive their key
                 value_headers.pop("x-memstream-sha256", None)
+                error = redacted(error)
         else:
             value, value_headers = _fit(value, self._value_limit)
         key, _ = _fit(key, _MAX_KEY_BYTES)

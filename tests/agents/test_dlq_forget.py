@@ -110,3 +110,14 @@ async def test_a_forgotten_users_dead_letters_cannot_be_read_in_clear(
     assert line["state"] == "forgotten"
     assert "value" not in line
     assert WORDS not in orjson.dumps(line)
+
+
+def test_the_clear_error_of_a_sealed_entry_quotes_none_of_the_input() -> None:
+    words = "my passphrase is tangerine"
+    pydantic_style = (
+        f"1 validation error for TurnEvent\ncontent\n  Too long [type=too_long, input_value='{words}', input_type=str]"
+    )
+    nested = f"Input should be 'user' [type=enum, input_value={{'content': \"{words}\"}}, input_type=dict]"
+    for error in (pydantic_style, nested, f"ValueError({words!r})"):
+        assert "tangerine" not in dead_letters.redacted(error)
+    assert "type=too_long" in dead_letters.redacted(pydantic_style)  # what went wrong stays readable
