@@ -53,6 +53,8 @@ from ops import kbatch
 log = logging.getLogger("memstream.logkeeper")
 
 RECORDS = "/records/"
+HOLD_LIMIT = 30.0  # a listing never waits longer for a rewrite (the keeper's holds are far shorter)
+JOURNAL = ".keeper-journal.json"
 GRAVEYARD = ".graveyard"
 TEMP_PREFIX = ".localbucket-"  # what the store's listings skip
 
@@ -64,10 +66,11 @@ class KeeperConfig:
     target_bytes: int = 1 << 20
     min_run: int = 8  # a shorter run waits until its newest batch is `max_delay` old
     max_delay: float = 60.0
-    quiet: float = 0.1
+    quiet: float = 0.2
     max_wait: float = 2.0
     grace: float = 20.0
-    scan_limit: int = 20_000  # batches read per partition per round (a backlog takes several rounds)
+    scan_limit: int = 10_000  # batches read per partition per round (a backlog takes several rounds)
+    hold_limit: int = 5_000  # batches rewritten away in one hold of a partition's listings
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +117,21 @@ def retention_of(meta: Mapping[str, object], declared: Mapping[str, int]) -> dic
 
 def expires_at(stored: Stored, retention_ms: int) -> int:
     """When the batch's newest record expires (ms)."""
-    newest = stored.mtime_ms if stored.header is None else min(stored.header.max_timestamp, stored.mtime_ms)
+    newest = (
+        stored.mtime_ms
+        if stored.header is None
+        else min(_stamp(stored.header.max_timestamp, stored.mtime_ms), stored.mtime_ms)
+    )
     return newest + retention_ms
 
 
 def plan(batches: Sequence[Stored], now_ms: int, retention_ms: int | None, config: KeeperConfig) -> Plan:
-    """What one round does to a partition's batches (in offset order): pure, so it is tested alone."""
+    """What one round does to a partition's batches (in offset order): pure, so it is tested alone.
+
+    The partition's last batch is never merged, and a run never ends later
+    (file time) than the batch after it: tansu answers ListOffsets from file
+    times (latest: the newest file's key + 1; earliest: the oldest file).
+    """
     out = Plan()
     rest: list[Stored] = []
     covered_to = -1
@@ -129,25 +141,38 @@ def plan(batches: Sequence[Stored], now_ms: int, retention_ms: int | None, confi
             continue
         covered_to = max(covered_to, stored.next_offset)
         rest.append(stored)
+    start = 0
     if retention_ms is not None:
         cutoff = now_ms - retention_ms
-        while rest and expires_at(rest[0], retention_ms) <= now_ms:
-            out.delete.append(rest.pop(0))
-        head = rest[0].header if rest else None
-        if head is not None and head.record_count > 1 and min(head.base_timestamp, rest[0].mtime_ms) < cutoff:
-            out = Plan(out.delete, rest[0], [])
-            rest = rest[1:]
+        while start < len(rest) and expires_at(rest[start], retention_ms) <= now_ms:
+            out.delete.append(rest[start])
+            start += 1
+        head = rest[start] if start < len(rest) else None
+        if (
+            head is not None
+            and head.header is not None
+            and head.header.rewritable
+            and head.header.record_count > 1
+            and min(_stamp(head.header.base_timestamp, head.mtime_ms), head.mtime_ms) < cutoff
+        ):
+            out = Plan(out.delete, head, [])
+            start += 1
     settled = now_ms - int(config.settle * 1000)
     run: list[Stored] = []
     size = 0
 
-    def close() -> None:
-        if len(run) >= 2 and (len(run) >= config.min_run or run[-1].mtime_ms <= now_ms - config.max_delay * 1000):
+    def close(after: Stored | None) -> None:
+        newest = max((s.mtime_ms for s in run), default=0)
+        if len(run) < 2 or (after is not None and newest > after.mtime_ms):
+            return
+        if len(run) >= config.min_run or newest <= now_ms - config.max_delay * 1000:
             out.merges.append(list(run))
 
-    for stored in rest:
+    candidates = rest[start:-1]  # never the last batch
+    for stored in candidates:
         if stored.mtime_ms > settled:
-            break
+            close(stored)
+            return out
         header, before = stored.header, run[-1] if run else None
         joins = (
             before is not None
@@ -157,21 +182,26 @@ def plan(batches: Sequence[Stored], now_ms: int, retention_ms: int | None, confi
             and header.follows(stored.key, before.header, before.key)
         )
         if not joins:
-            close()
+            close(stored)
             run, size = [], 0
             if header is None or not header.rewritable or stored.size >= config.target_bytes:
                 continue
         run.append(stored)
         size += stored.size
-    close()
+    close(rest[-1] if rest else None)
     return out
+
+
+def _stamp(timestamp: int, mtime_ms: int) -> int:
+    """A record's time: its producer timestamp, or the file's when it has none (-1)."""
+    return mtime_ms if timestamp < 0 else timestamp
 
 
 def expired_records(key: int, data: bytes, mtime_ms: int, cutoff_ms: int) -> int:
     """How many records at the head of the batch are older than `cutoff_ms`."""
     count = 0
     for record in kbatch.records(key, data):
-        if min(record.timestamp, mtime_ms) >= cutoff_ms:
+        if min(_stamp(record.timestamp, mtime_ms), mtime_ms) >= cutoff_ms:
             break
         count += 1
     return count
@@ -181,25 +211,31 @@ class Gate:
     """Fetch activity per partition, and a hold on new listings while a partition is rewritten.
 
     tansu lists a partition, then reads batches from what it listed; a
-    rewrite is safe once no listing or read of the partition happened for a
-    while and none can start.
+    rewrite is safe once no request of the partition is in flight, none
+    ended within `quiet` seconds (the gap between a fetch's listing and its
+    reads), and no new listing can start. What the store cannot see is a
+    tansu pause longer than `quiet` between a listing and its reads (README).
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._touched: dict[str, float] = {}
+        self._busy: dict[str, int] = {}
         self._held: set[str] = set()
 
-    def listing(self, partition: str, first_page: bool, timeout: float = 5.0) -> None:
-        """A listing of `partition` begins; a first page waits while the partition is rewritten."""
+    @contextlib.contextmanager
+    def request(self, partition: str, *, first_page: bool = False) -> Iterator[None]:
+        """A listing page or read of `partition` in flight; a first page waits while the partition is rewritten."""
         with self._cond:
             if first_page:
-                self._cond.wait_for(lambda: partition not in self._held, timeout)
-            self._touched[partition] = time.monotonic()
-
-    def touch(self, partition: str) -> None:
-        with self._cond:
-            self._touched[partition] = time.monotonic()
+                self._cond.wait_for(lambda: partition not in self._held, HOLD_LIMIT)
+            self._busy[partition] = self._busy.get(partition, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy[partition] -= 1
+                self._touched[partition] = time.monotonic()
 
     @contextlib.contextmanager
     def held(self, partition: str, quiet: float, max_wait: float) -> Iterator[bool]:
@@ -210,14 +246,15 @@ class Gate:
             deadline = time.monotonic() + max_wait
             while True:
                 with self._cond:
+                    busy = self._busy.get(partition, 0)
                     idle = time.monotonic() - self._touched.get(partition, 0.0)
-                if idle >= quiet:
+                if not busy and idle >= quiet:
                     yield True
                     return
                 if time.monotonic() >= deadline:
                     yield False
                     return
-                time.sleep(quiet - idle)
+                time.sleep(max(quiet - idle, 0.01))
         finally:
             with self._cond:
                 self._held.discard(partition)
@@ -318,26 +355,29 @@ class Keeper:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            backlog = False
+            more = False
             try:
-                backlog = self.round()
+                more = self.round()
             except Exception:  # a bad round must not end the keeper; the next one retries
                 log.exception("log keeper round failed")
             self.graves.sweep()
-            if not backlog:
+            if not more:
                 self._stop.wait(self.config.interval)
 
     def round(self, now_ms: int | None = None) -> bool:
-        """One pass over every partition; True when some partition had more batches than one round reads."""
-        backlog = False
+        """One pass over every partition; True when one made progress and has more than a round reads."""
+        more = False
         clusters = self.store.bucket_dir / "clusters"
         for cluster in _subdirs(clusters):
             retention = self._retention(cluster)
             for topic in _subdirs(cluster / "topics"):
                 for partition in _subdirs(topic / "partitions"):
                     rel = f"{partition.relative_to(self.store.bucket_dir).as_posix()}/records/"
-                    backlog |= self.keep(rel, retention.get(topic.name), now_ms)
-        return backlog
+                    try:
+                        more |= self.keep(rel, retention.get(topic.name), now_ms)
+                    except Exception:  # one partition's trouble must not stop the others' retention
+                        log.exception("log keeper: partition %s failed this round", rel)
+        return more
 
     def _retention(self, cluster: Path) -> dict[str, int | None]:
         try:
@@ -347,44 +387,98 @@ class Keeper:
         return retention_of(meta if isinstance(meta, dict) else {}, self.declared)
 
     def keep(self, rel: str, retention_ms: int | None, now_ms: int | None = None) -> bool:
-        """Retention and compaction of one partition's records folder (`rel`, bucket-relative)."""
+        """Retention and compaction of one partition's records folder (`rel`, bucket-relative).
+
+        True when it did something and work is left over (more batches than a
+        round reads, or than one hold of the partition rewrites).
+        """
         folder = self.store.bucket_dir / rel
-        names = [n for n in self.store.names(str(folder)) if n.endswith(".batch") and not n.endswith("/")]
-        backlog = len(names) > self.config.scan_limit
+        names = [n for n in self.store.names(str(folder)) if n.endswith(".batch")]
         batches = [s for s in (self._stored(folder, n) for n in names[: self.config.scan_limit]) if s is not None]
         now = int(time.time() * 1000) if now_ms is None else now_ms
         todo = plan(batches, now, retention_ms, self.config)
-        if not (todo.delete or todo.trim or todo.merges):
-            return backlog
-        merged: list[tuple[list[Stored], Path]] = []
-        cut = None
+        deletes, merges = todo.delete[: self.config.hold_limit], _capped(todo.merges, self.config.hold_limit)
+        left_over = len(names) > self.config.scan_limit or deletes != todo.delete or merges != todo.merges
+        if not (deletes or todo.trim or merges):
+            return False
+        prepared: list[tuple[list[Stored], Path]] = []
+        cut: Cut | None = None
         try:
             cut = self._trimmed(folder, todo.trim, now - (retention_ms or 0)) if todo.trim else None
-            for run in todo.merges:
-                merged.append((run, self._merged(folder, run)))
+            for run in merges:
+                prepared.append((run, self._merged(folder, run)))
         except FileNotFoundError:  # the topic was deleted meanwhile
-            for temp in [t for _, t in merged] + ([cut.temp] if cut is not None and cut.temp else []):
-                temp.unlink(missing_ok=True)
-            return backlog
-        temps = [temp for _, temp in merged] + ([cut.temp] if cut and cut.temp else [])
+            _unlink([t for _, t in prepared] + ([cut.temp] if cut is not None and cut.temp else []))
+            return False
+        except (ValueError, OverflowError) as exc:  # BadBatch among them: rewrite nothing, retention goes on
+            log.warning("log keeper: partition %s not rewritten: %s", rel, exc)
+            _unlink([t for _, t in prepared] + ([cut.temp] if cut is not None and cut.temp else []))
+            prepared, cut = [], None
+        temps = [temp for _, temp in prepared] + ([cut.temp] if cut and cut.temp else [])
         with self.gate.held(rel, self.config.quiet, self.config.max_wait) as quiet:
             if not quiet:
                 self.counters.deferred += 1
-                for temp in temps:
-                    temp.unlink(missing_ok=True)
-                return backlog
-            for stored in todo.delete:
+                _unlink(temps)
+                return False
+            self._journal(rel, [run for run, _ in prepared], cut)
+            for stored in deletes:
                 self._delete(folder, stored)
-            if cut is not None:
+            if cut is not None and _unchanged(folder, [cut.replaced]):
                 if cut.temp is not None:
                     self._install(cut.temp, folder / _name(cut.key))
                 self._bury(folder, rel, cut.replaced.key)
                 self.counters.trimmed += 1
-            for run, temp in merged:
-                self._replace_run(folder, rel, run, temp)
-        return backlog
+            for run, temp in prepared:
+                if _unchanged(folder, run):
+                    self._replace_run(folder, rel, run, temp)
+            _unlink(temps)  # those not installed: a member changed meanwhile
+            self.journal.unlink(missing_ok=True)
+        return left_over
+
+    @property
+    def journal(self) -> Path:
+        return self.store.bucket_dir.parent / JOURNAL
+
+    def _journal(self, rel: str, runs: list[list[Stored]], cut: Cut | None) -> None:
+        """What the rewrite about to start replaces, so a restart after a crash in it can finish it (`recover`)."""
+        entry = {
+            "partition": rel,
+            "runs": [[s.key for s in run] for run in runs],
+            "trim": None if cut is None or cut.temp is None else [cut.replaced.key, cut.key],
+        }
+        temp = self.journal.with_name(self.journal.name + ".tmp")
+        temp.write_text(json.dumps(entry))
+        os.replace(temp, self.journal)
+
+    def recover(self) -> int:
+        """Before serving: finish a rewrite a crash cut short (the new batch in place, old ones still listed).
+
+        Without this a fetch would read records twice until the next round
+        found the covered batches. Returns how many batches it removed.
+        """
+        try:
+            entry = json.loads(self.journal.read_text())
+        except (OSError, ValueError):
+            return 0
+        folder, removed = self.store.bucket_dir / str(entry.get("partition", "")), 0
+        covered: list[int] = []
+        for run in entry.get("runs") or []:
+            head = self._stored(folder, _name(run[0])) if run else None
+            if head is not None and head.header is not None and head.next_offset > run[-1]:
+                covered += run[1:]  # the merged batch was installed: its members go
+        trim = entry.get("trim")
+        if trim and (folder / _name(trim[1])).exists():
+            covered.append(trim[0])
+        for key in covered:
+            path = folder / _name(key)
+            if path.exists():
+                path.unlink()
+                removed += 1
+        self.journal.unlink(missing_ok=True)
+        return removed
 
     def _stored(self, folder: Path, name: str) -> Stored | None:
+        """A batch file as the plan sees it; a file that is not exactly one v2 batch gets no header (never rewritten)."""
         path = folder / name
         try:
             with path.open("rb") as file:
@@ -394,6 +488,8 @@ class Keeper:
         except (FileNotFoundError, ValueError):
             return None
         header = kbatch.Header(*kbatch.HEADER.unpack(head)) if len(head) == kbatch.HEADER_SIZE else None
+        if header is not None and (header.magic != 2 or header.batch_length + 12 != stat.st_size):
+            header = None
         return Stored(key, stat.st_size, int(stat.st_mtime * 1000), header)
 
     def _write_temp(self, folder: Path, data: bytes, mtime_ms: int) -> Path:
@@ -445,6 +541,35 @@ class Keeper:
             self._bury(folder, rel, stored.key)
         self.counters.merges += 1
         self.counters.merged += len(run)
+
+
+def _capped(runs: list[list[Stored]], limit: int) -> list[list[Stored]]:
+    """The first runs whose members, all told, stay within `limit` (at least one run)."""
+    out: list[list[Stored]] = []
+    total = 0
+    for run in runs:
+        if out and total + len(run) > limit:
+            break
+        out.append(run)
+        total += len(run)
+    return out
+
+
+def _unchanged(folder: Path, batches: Sequence[Stored]) -> bool:
+    """Every batch still the file the plan read (a topic deleted and made again meanwhile is not)."""
+    for stored in batches:
+        try:
+            stat = (folder / _name(stored.key)).stat()
+        except FileNotFoundError:
+            return False
+        if (stat.st_size, int(stat.st_mtime * 1000)) != (stored.size, stored.mtime_ms):
+            return False
+    return True
+
+
+def _unlink(paths: Sequence[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def _name(key: int) -> str:

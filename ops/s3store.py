@@ -122,7 +122,15 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
             super()._delete_object(bucket, key)
             self.listings.removed(target, self._bucket_dir(bucket))
 
+    def _in_flight(self, partition: str | None, first_page: bool = False) -> contextlib.AbstractContextManager[None]:
+        """A request of a partition's records, which the log keeper waits out (ops/logkeeper.Gate)."""
+        return contextlib.nullcontext() if partition is None else self.gate.request(partition, first_page=first_page)
+
     def _get(self, bucket: str, key: str, include_body: bool) -> None:
+        with self._in_flight(partition_of(key)):
+            self._get_object(bucket, key, include_body)
+
+    def _get_object(self, bucket: str, key: str, include_body: bool) -> None:
         """GetObject/HeadObject; the ETag is the MD5 of the bytes read from the one open file.
 
         Objects are replaced by rename, never rewritten in place, so the open
@@ -134,8 +142,6 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
         overrides = self._response_header_overrides()
         target = self._object_path(bucket, key)
         partition = partition_of(key)
-        if partition is not None:
-            self.gate.touch(partition)
         try:
             modified, body = _read(target)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -167,8 +173,6 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
             status, length = HTTPStatus.PARTIAL_CONTENT, end - start + 1
             headers["Content-Range"] = f"bytes {start}-{end}/{len(body)}"
         self._send(status, body[start : start + length], headers, include_body)
-        if partition is not None:
-            self.gate.touch(partition)
 
     def _post_request(self, bucket: str, key: str) -> None:
         if bucket and not key and "delete" in self.query:
@@ -217,6 +221,12 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
         return [(key, Path(path)) for key, path in contents], common, truncated, last
 
     def _list_objects_v2(self, bucket: str) -> None:
+        query = self.query
+        first_page = query.get("continuation-token") is None and not query.get("start-after")
+        with self._in_flight(partition_of(query.get("prefix", "")), first_page):
+            self._list_page(bucket)
+
+    def _list_page(self, bucket: str) -> None:
         """ListObjectsV2 written out directly: ElementTree costs more than the rest of a 1,000-key page.
 
         The query handling is localbucket's (its helpers, its continuation
@@ -238,9 +248,6 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
                     HTTPStatus.BAD_REQUEST, "InvalidArgument", "The continuation token provided is incorrect."
                 )
             marker, marker_is_prefix = decoded[2:], decoded.startswith("P:")
-        partition = partition_of(prefix)
-        if partition is not None:
-            self.gate.listing(partition, first_page=token is None and not start_after)
         contents, common, truncated, last = self.listings.page(
             bucket_dir, prefix, delimiter, marker, marker_is_prefix, max_keys
         )
@@ -265,8 +272,6 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
         out += [f"<CommonPrefixes><Prefix>{escape(encode(p))}</Prefix></CommonPrefixes>" for p in common]
         out.append("</ListBucketResult>")
         self._send(HTTPStatus.OK, "".join(out).encode(), {"Content-Type": "application/xml"})
-        if partition is not None:
-            self.gate.touch(partition)
 
 
 def _read(path: Path) -> tuple[float, bytes]:
@@ -345,6 +350,9 @@ def make_server(
             describe=listed,
         )
         server.keeper = Keeper(store, gate, graves, keeper, retention or {})
+        finished = server.keeper.recover()
+        if finished:
+            log.info("finished a log rewrite an earlier run left half done (%d covered batches removed)", finished)
     return server
 
 

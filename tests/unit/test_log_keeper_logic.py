@@ -6,14 +6,30 @@ and read back by aiokafka's reader, as a consumer would (CRC checked).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import os
+import time
+from pathlib import Path
 
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ops import kbatch
-from ops.logkeeper import KeeperConfig, Stored, expired_records, plan, retention_of
+from ops.logkeeper import (
+    Gate,
+    Graveyard,
+    Keeper,
+    KeeperConfig,
+    Store,
+    Stored,
+    expired_records,
+    plan,
+    retention_of,
+)
+from ops.s3listing import Listings
 
 Rec = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
 
@@ -151,3 +167,74 @@ def test_retention_comes_from_the_topics_file_then_the_topic() -> None:
         "none": None,
         "forever": None,
     }
+
+
+def test_plan_never_merges_the_last_batch_nor_a_run_newer_than_the_batch_after_it() -> None:
+    now, config = 10**9, KeeperConfig(settle=10, min_run=2)
+    todo = plan([stored(i, now=now, age_s=100 - i) for i in range(5)], now, None, config)
+    assert [[s.key for s in run] for run in todo.merges] == [[0, 1, 2, 3]]  # 4 is the last: tansu's "latest"
+    # A batch written later than the one after it: merged, the file would look newer than its successor.
+    out_of_order = [stored(0, now=now, age_s=50), stored(1, now=now, age_s=40), stored(2, now=now, age_s=45)]
+    assert plan(out_of_order, now, None, config).merges == []
+
+
+def test_a_batch_that_cannot_be_rewritten_leaves_the_partition_only_by_expiring_whole() -> None:
+    now = 10**9
+    head = stored(0, 5, age_s=20, now=now, ts=now - 40_000)
+    gzip = dataclasses.replace(head, header=dataclasses.replace(head.header, attributes=1))
+    todo = plan([gzip, stored(5, now=now)], now, 30_000, KeeperConfig())
+    assert todo.trim is None
+    assert todo.delete == []
+
+
+def make_keeper(tmp_path: Path, config: KeeperConfig | None = None) -> tuple[Keeper, Path]:
+    bucket = tmp_path / "tansu"
+    bucket.mkdir(parents=True)
+    listings = Listings(lambda path: "x")
+    store = Store(
+        bucket,
+        names=lambda folder: listings.entries_from(folder, ""),
+        added=lambda path, shown: listings.added(path, bucket, shown),
+        removed=lambda path: listings.removed(path, bucket),
+        key_lock=lambda path: contextlib.nullcontext(),
+        describe=lambda size, mtime, etag: "x",
+    )
+    return Keeper(store, Gate(), Graveyard(tmp_path), config or KeeperConfig(), {}), bucket
+
+
+def write_batches(folder: Path, batches: list[tuple[int, bytes]], at: float) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, data in batches:
+        path = folder / f"{key:020d}.batch"
+        path.write_bytes(data)
+        os.utime(path, (at, at))
+
+
+def test_recover_removes_the_batches_a_crash_left_beside_their_merged_batch(tmp_path: Path) -> None:
+    keeper, bucket = make_keeper(tmp_path)
+    folder = bucket / "clusters/c/topics/t/partitions/0000000000/records"
+    members = [(k, produced([(0, None, f"m{k}".encode(), [])])) for k in range(3)]
+    write_batches(folder, [(0, kbatch.merge(members)), *members[1:], (3, produced([(0, None, b"m3", [])]))], 1000)
+    keeper.journal.write_text(
+        json.dumps(
+            {"partition": "clusters/c/topics/t/partitions/0000000000/records/", "runs": [[0, 1, 2]], "trim": None}
+        )
+    )
+    assert keeper.recover() == 2
+    assert sorted(os.listdir(folder)) == [f"{0:020d}.batch", f"{3:020d}.batch"]
+    assert not keeper.journal.exists()
+
+
+def test_one_partition_with_unreadable_batches_does_not_stop_the_others_retention(tmp_path: Path) -> None:
+    keeper, bucket = make_keeper(tmp_path, KeeperConfig(quiet=0))
+    keeper.declared = {"a": 1000, "b": 1000}
+    (bucket / "clusters/c").mkdir(parents=True)
+    (bucket / "clusters/c/meta.json").write_text(json.dumps({"topics": {"a": {}, "b": {}}}))
+    old = time.time() - 3600
+    bad = bucket / "clusters/c/topics/a/partitions/0000000000/records"
+    write_batches(bad, [(0, b"not a batch at all" * 5), (1, produced([(0, None, b"x", [])], ts0=int(old * 1000)))], old)
+    good = bucket / "clusters/c/topics/b/partitions/0000000000/records"
+    write_batches(good, [(k, produced([(0, None, b"y", [])], ts0=int(old * 1000))) for k in range(3)], old)
+    keeper.round()
+    assert os.listdir(good) == []  # every record older than the retention
+    assert os.listdir(bad) == []  # the unreadable one expires by its file time
