@@ -24,6 +24,7 @@ from typing import Any
 from services import metrics
 from services.archive import dlq as sealed
 from services.archive.keys import KeyStore
+from services.errors import StoreRejected
 
 log = logging.getLogger(__name__)
 # The process's key store, set once as the worker builds its stages (`use_keys`): every stage's DLQ seals with it.
@@ -101,7 +102,10 @@ class DeadLetters:
         if keys is not None:
             # Base64 takes 4 bytes for 3: the sealed copy must fit too.
             value, value_headers = _fit(value, self._value_limit * 3 // 4 - 512)
-            value, owner_headers = await sealed.seal_for(keys, key, value)
+            try:
+                value, owner_headers = await sealed.seal_for(keys, key, value)
+            except StoreRejected as exc:  # input the key store refuses: the entry stays in clear, the stage goes on
+                log.warning("dlq: not sealed (%s)", exc)
             if owner_headers:  # a digest of the user's bytes, or their words quoted, would outlive their key
                 value_headers.pop("x-memstream-sha256", None)
                 error = redacted(error)

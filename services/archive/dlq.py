@@ -24,8 +24,10 @@ from typing import Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
 
 from schemas import codec
+from schemas.validation import check_identifier
 from services.archive.codec import DataKey, RecordRejected, open_plain, seal_plain
 from services.archive.keys import KeyStore, Owner
 
@@ -69,8 +71,8 @@ def named_owner(value: bytes | None) -> Owner | None:
     if not isinstance(data, dict):
         return None
     tenant, user = data.get("tenant_id"), data.get("user_id")
-    if isinstance(tenant, str) and isinstance(user, str) and tenant and user:
-        return tenant, user
+    if isinstance(tenant, str) and isinstance(user, str):
+        return _valid((tenant, user))
     return None
 
 
@@ -78,8 +80,21 @@ def keyed_owner(key: bytes | None) -> Owner | None:
     """The tenant and user of a `tenant:user` Kafka key (ids never hold ':')."""
     if not key:
         return None
-    tenant, sep, user = key.decode("utf-8", "replace").partition(":")
-    return (tenant, user) if sep and tenant and user and ":" not in user else None
+    try:
+        tenant, sep, user = key.decode().partition(":")
+    except UnicodeDecodeError:
+        return None
+    return _valid((tenant, user)) if sep else None
+
+
+def _valid(owner: Owner) -> Owner | None:
+    """The owner when both are ids the pipeline accepts: hostile ids (NUL, separators) never reach the key store."""
+    try:
+        for part in owner:
+            check_identifier(part)
+    except PydanticCustomError:
+        return None
+    return owner
 
 
 def seal(key: DataKey, value: bytes) -> bytes:

@@ -11,6 +11,7 @@ clear (they expire with the topic's 30 days).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -121,3 +122,11 @@ def test_the_clear_error_of_a_sealed_entry_quotes_none_of_the_input() -> None:
     for error in (pydantic_style, nested, f"ValueError({words!r})"):
         assert "tangerine" not in dead_letters.redacted(error)
     assert "type=too_long" in dead_letters.redacted(pydantic_style)  # what went wrong stays readable
+
+
+def test_hostile_ids_never_reach_the_key_store() -> None:
+    """A value or key naming a NUL, a separator, a space or a lone surrogate names nobody: it stays in clear."""
+    for tenant, user in (("a\u0000b", "u"), ("t", "u/x"), ("t", "\ud800"), ("", "u"), ("t", " u")):
+        assert sealed.named_owner(json.dumps({"tenant_id": tenant, "user_id": user}).encode()) is None
+        assert sealed.keyed_owner(f"{tenant}:{user}".encode("utf-8", "surrogatepass")) is None
+    assert sealed.named_owner(b'{"tenant_id": "t", "user_id": "u"}') == ("t", "u")

@@ -355,7 +355,8 @@ def _copy_problem(entry: DeadLetter, message: Message) -> str | None:
 
 def _shown(message: Message) -> str:
     value = message.value
-    return f"#{message.seq} {message.kind}: {value[:160]!r}{'...' if value and len(value) > 160 else ''}"
+    shown = None if value is None else value[:160]
+    return f"#{message.seq} {message.kind}: {shown!r}{'...' if value and len(value) > 160 else ''}"
 
 
 async def test_hostile_input_fuzz(fuzz_stack: Stack) -> None:
