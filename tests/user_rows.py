@@ -6,6 +6,8 @@ own table list, so a table that code missed shows up here.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -40,3 +42,20 @@ def rows_naming(dsn: str, tenant_id: str, user_id: str) -> dict[str, int]:
         if row and row[0]:
             found["outbox"] = int(row[0])
     return found
+
+
+def settled_rows(
+    dsn: str, read: Callable[[], list[dict[str, Any]]], quiet: float = 6.0, within: float = 180.0
+) -> list[dict[str, Any]]:
+    """What `read()` shows once it did not change for `quiet` seconds and the outbox is empty."""
+    deadline, last, since = time.monotonic() + within, None, time.monotonic()
+    while time.monotonic() < deadline:
+        with psycopg.connect(dsn) as conn:
+            pending = conn.execute("SELECT count(*) FROM outbox").fetchone()
+        now = read()
+        if now != last or (pending and pending[0]):
+            last, since = now, time.monotonic()
+        elif now and time.monotonic() - since >= quiet:
+            return now
+        time.sleep(1.0)
+    raise TimeoutError("rows did not settle")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from psycopg.rows import dict_row
 
 from services.rebuild.index import edge_path
 from tests.stack import Stack, embedded_stack, produce, run_cli, session_end, stack_settings, turn, wait_for
+from tests.user_rows import settled_rows
 
 pytestmark = pytest.mark.e2e
 TENANT = "rebuild"
@@ -57,19 +57,8 @@ def snapshot(dsn: str) -> list[dict[str, Any]]:
         return list(conn.execute(f"SELECT {COLUMNS} FROM memories WHERE tenant_id = %s ORDER BY id", (TENANT,)))
 
 
-def settled(dsn: str, quiet: float = 6.0, within: float = 180.0) -> list[dict[str, Any]]:
-    """The memories once nothing changed for `quiet` seconds and the outbox is empty."""
-    deadline, last, since = time.monotonic() + within, None, time.monotonic()
-    while time.monotonic() < deadline:
-        with psycopg.connect(dsn) as conn:
-            pending = conn.execute("SELECT count(*) FROM outbox").fetchone()
-        now = snapshot(dsn)
-        if now != last or (pending and pending[0]):
-            last, since = now, time.monotonic()
-        elif now and time.monotonic() - since >= quiet:
-            return now
-        time.sleep(1.0)
-    raise TimeoutError("memories did not settle")
+def settled(dsn: str) -> list[dict[str, Any]]:
+    return settled_rows(dsn, lambda: snapshot(dsn))
 
 
 def memstream(stack_env: dict[str, str], *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -32,6 +31,7 @@ from services.archive.codec import read_record
 from services.config import Settings
 from services.kafka_auth import aiokafka_kwargs, confluent_config
 from tests.stack import ROOT, Stack, embedded_stack, produce, run_cli, stack_settings, turn, wait_for
+from tests.user_rows import settled_rows
 
 pytestmark = pytest.mark.e2e
 TENANT = "replay"
@@ -54,19 +54,8 @@ def snapshot(dsn: str) -> list[dict[str, Any]]:
         return list(conn.execute(f"SELECT {COLUMNS} FROM memories WHERE tenant_id = %s ORDER BY id", (TENANT,)))
 
 
-def settled(dsn: str, quiet: float = 6.0, within: float = 180.0) -> list[dict[str, Any]]:
-    """The memories once nothing changed for `quiet` seconds and the outbox is empty."""
-    deadline, last, since = time.monotonic() + within, None, time.monotonic()
-    while time.monotonic() < deadline:
-        with psycopg.connect(dsn) as conn:
-            pending = conn.execute("SELECT count(*) FROM outbox").fetchone()
-        now = snapshot(dsn)
-        if now != last or (pending and pending[0]):
-            last, since = now, time.monotonic()
-        elif now and time.monotonic() - since >= quiet:
-            return now
-        time.sleep(1.0)
-    raise TimeoutError("memories did not settle")
+def settled(dsn: str) -> list[dict[str, Any]]:
+    return settled_rows(dsn, lambda: snapshot(dsn))
 
 
 def applied(response: Any) -> dict[str, Any]:
