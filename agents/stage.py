@@ -109,6 +109,30 @@ async def deliver(
             return
 
 
+async def consume_parsed(
+    stream: Any,
+    read: Callable[[bytes | None], T],
+    handle: Callable[[list[T]], Awaitable[None]],
+    dlq: DeadLetters,
+    stage: str,
+    *,
+    size: int,
+    within: float,
+    max_delay: float,
+) -> None:
+    """Batches of a stream read by `read`: what does not read is dead-lettered, the rest delivered to `handle`."""
+    async for events in stream.take_events(size, within=within):
+        with span(stage, len(events)):
+            batch = []
+            for event in events:
+                try:
+                    batch.append((event, read(event.value)))
+                except InvalidEvent as exc:
+                    await dlq.send(event, stage=stage, reason=exc.reason, error=exc.message)
+            if batch:
+                await deliver(batch, handle, dlq, stage, max_delay=max_delay)
+
+
 def batched_agent(
     app: Any,
     source: Any,

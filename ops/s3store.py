@@ -7,7 +7,7 @@ Ayguney), a small standard-library server storing each object as a file.
 tansu keeps its cluster metadata (topics, watermarks, group offsets) in a
 few JSON objects updated by compare-and-swap, and localbucket lacks three
 things that makes safe; this module subclasses its request handler to add
-them (measured in issue 10: without them topics created together are lost):
+them (measured: without them topics created together are lost):
 
 - `PUT` with `If-Match: <etag>` is a compare-and-swap: the check and the
   replace of one key happen under one lock, which every write and delete of

@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     recall_top_k: int = 10
     recall_token_budget: int = 2_000
     recall_candidates: int = 50
-    # --- recall quality (issue 11; README "How recall ranks"). Defaults tuned on the LoCoMo dev set. ---
+    # --- recall quality (README "How recall ranks"). Defaults tuned on the LoCoMo dev set. ---
     # Hits taken from each index leg (own dense, own BM25, context dense, context BM25) before fusion (top_k
     # if larger); min-max normalisation is over this list, so it is fixed, not tied to top_k.
     recall_leg_depth: int = 50
@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     # MiniLM cosine above which a fact or preference is pinned ahead of the rest.
     profile_min_similarity: float = 0.5
 
-    # --- tending memory (issue 8) ---
+    # --- tending memory ---
     # Cosine at or above which a candidate merges into an active memory of its type.
     merge_similarity: float = 0.92
     # Candidates below this importance are not stored on their own (facts and preferences always are).
@@ -144,7 +144,7 @@ class Settings(BaseSettings):
     embed_model: str = "text-embedding-3-small"
     embed_dimension: int = 1536
 
-    # --- authentication (issue 9; services/auth) ---
+    # --- authentication (services/auth) ---
     # "disabled" opens every /v1 route to anyone who can reach the port: local experiments only (warned at start).
     auth: Literal["enabled", "disabled"] = "enabled"
     # Secret of the keyed API-key hash; unset = data_dir/auth-secret, generated on first use (0600).
@@ -157,7 +157,7 @@ class Settings(BaseSettings):
     # The key memstream's own clients send (memstream recall, mcp, ...); unset = data_dir/api-key.
     api_key: SecretStr | None = None
 
-    # --- MCP server (issue 9; services/mcp_server.py) ---
+    # --- MCP server (services/mcp_server.py) ---
     # The memstream HTTP API the MCP tools call; unset = this machine's read service (http_host:http_port).
     api_url: str | None = None
     # Tenant and user a tool call acts for when it names none (an assistant serving one user).
@@ -167,12 +167,12 @@ class Settings(BaseSettings):
     mcp_host: str = "127.0.0.1"
     mcp_port: int = 8765
 
-    # --- HTTP ingest (issue 9; services/api/ingest.py) ---
+    # --- HTTP ingest (services/api/ingest.py) ---
     # Seconds POST /v1/turns waits for the broker's acknowledgement of every event before answering 503
     # (also librdkafka's message timeout there); keep it below http_request_timeout.
     ingest_ack_timeout: float = 1.5
 
-    # --- Kafka and Postgres credentials (issue 9; services/kafka_auth.py, services/pgpass.py) ---
+    # --- Kafka and Postgres credentials (services/kafka_auth.py, services/pgpass.py) ---
     # Setting the mechanism makes every Kafka client memstream creates (Faust app, aiokafka, confluent-kafka)
     # authenticate with SASL over plaintext, and makes `memstream up` require it of every client (ops/kafka_gate.py).
     kafka_sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] | None = None
@@ -198,7 +198,7 @@ class Settings(BaseSettings):
 
         return with_passfile(dsn, Path(info.data.get("data_dir", Path(".memstream"))))
 
-    # --- memory commands (issue 9; services/api/memory_routes.py, agents/consolidator/commands.py) ---
+    # --- memory commands (services/api/memory_routes.py, agents/consolidator/commands.py) ---
     # Seconds a command may wait for the broker's acknowledgement before the route answers 503.
     command_ack_timeout: float = 1.5
     # `?wait=true`: seconds to wait for a command to show in Postgres and the index before answering 202
@@ -207,7 +207,7 @@ class Settings(BaseSettings):
     # The deadline of an export or import (a whole user's data), instead of http_request_timeout.
     http_transfer_timeout: float = 30.0
 
-    # --- encrypted archive (issue 10; services/archive) ---
+    # --- encrypted archive (services/archive) ---
     # Base64 of 32 random bytes; wraps every user's data key (table user_keys). Unset = data_dir/master-key,
     # which `memstream up` generates (0600) at its first start. Every process that writes or reads
     # memory.archive must have the same one: losing it makes the whole archive unreadable.
@@ -220,19 +220,19 @@ class Settings(BaseSettings):
     # ... and gives up (StoreUnavailable) when no record arrives this long before it reached those offsets.
     archive_stall_seconds: float = 60.0
 
-    # --- stages that scale apart (issue 10; agents/stages.py, ops/embedded.py) ---
+    # --- stages that scale apart (agents/stages.py, ops/embedded.py) ---
     # Worker processes `memstream up` runs. 1: one process runs every stage and the read service.
     # N > 1: the read service with the index stage (the Qdrant Edge shard's one owner) in one process,
     # and N processes running every other stage, each stage one consumer group shared by the N.
     # Worker i (1-based) serves its metrics on worker_metrics_port + i - 1.
     workers: int = Field(1, ge=1, le=16)
 
-    # --- a durable embedded log (issue 10; ops/embedded.py, ops/s3store.py) ---
+    # --- a durable embedded log (ops/embedded.py, ops/s3store.py) ---
     # Where `memstream up`'s tansu keeps topics and consumer offsets. s3: files under data_dir/kafka, served by
     # ops/s3store.py, kept across restarts. memory: gone when the broker stops (topics declared again at start).
     kafka_storage: Literal["s3", "memory"] = "s3"
 
-    # --- generations (issue 10; services/generations.py, services/cli_rebuild.py) ---
+    # --- generations (services/generations.py, services/cli_rebuild.py) ---
     # The generation this process runs in (its schema, topics, consumer groups and index); unset = the default
     # generation, today's names. `main()` derives the rest from it (services.generations.scoped).
     generation: str | None = None

@@ -34,7 +34,7 @@ def _use_uvloop() -> None:
 
     The read service answers from one loop shared with the agents: under 8
     concurrent recalls at 100k memories the loop's own overhead was a fifth
-    of a request's cost (make bench, issue 11).
+    of a request's cost (make bench).
     """
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
@@ -72,7 +72,7 @@ def _shorten_gil_switch(settings: Settings) -> None:
     the loop is busy, until the holder is made to let go. Recall's own path
     no longer hands off, so what this buys is small: on a settled
     100k-memory stack 8 clients gave 275-297 requests/s at 1 ms against
-    237-299 at 5 ms, sessions alternated (issue 11).
+    237-299 at 5 ms, sessions alternated.
     """
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.dlq import DeadLetters
-from agents.stage import HANDLING_REASONS, deliver, span
+from agents.stage import HANDLING_REASONS, consume_parsed
 from schemas import partition_key
 from schemas.commands import AccessCommand, AnyCommand, ForgetUser
 from services import metrics
@@ -140,17 +140,15 @@ def consume_archive(
         metrics.DLQ.labels(stage=stage, reason=reason)
 
     async def run(stream: Any) -> None:
-        async for events in stream.take_events(
-            settings.consolidate_batch_size, within=settings.consolidate_batch_within
-        ):
-            with span(stage, len(events)):
-                batch = []
-                for event in events:
-                    try:
-                        batch.append((event, parse(event.value)))
-                    except InvalidEvent as exc:
-                        await dlq.send(event, stage=stage, reason=exc.reason, error=exc.message)
-                if batch:
-                    await deliver(batch, handle, dlq, stage, max_delay=settings.retry_max_backoff)
+        await consume_parsed(
+            stream,
+            parse,
+            handle,
+            dlq,
+            stage,
+            size=settings.consolidate_batch_size,
+            within=settings.consolidate_batch_within,
+            max_delay=settings.retry_max_backoff,
+        )
 
     app.agent(source, name=stage)(run)

@@ -1,6 +1,6 @@
 """The summarizer's LLM path: per chunk, the episode and the user's facts, asked concurrently.
 
-Two requests per chunk (issue 8, LLM paths a and c): `summarize_episode`
+Two requests per chunk (LLM paths a and c): `summarize_episode`
 writes the episode, `extract_facts` reads the chunk with the session's
 rolling summary and answers atomic user-stated facts plus the updated
 summary. They do not depend on each other, so they run side by side and a

@@ -24,7 +24,7 @@ import faust
 from agents.dlq import DeadLetters
 from agents.ingest import REASONS, parse_chat_event
 from agents.outbox import publish
-from agents.stage import HANDLING_REASONS, deliver, span
+from agents.stage import HANDLING_REASONS, consume_parsed
 from agents.topics import Topics
 from agents.window.archived import UNREADABLE, count_forgotten, open_archived, parse_archived
 from agents.window.logic import WindowLimits, append_turn, preceding, window_tokens
@@ -143,16 +143,16 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     async def consume(
         stream: Any, read: Callable[[bytes | None], T], handle: Callable[[list[T]], Awaitable[None]]
     ) -> None:
-        async for events in stream.take_events(s.window_batch_size, within=s.window_batch_within):
-            with span(STAGE, len(events)):
-                batch = []
-                for event in events:
-                    try:
-                        batch.append((event, read(event.value)))
-                    except InvalidEvent as exc:
-                        await dlq.send(event, stage=STAGE, reason=exc.reason, error=exc.message)
-                if batch:
-                    await deliver(batch, handle, dlq, STAGE, max_delay=s.retry_max_backoff)
+        await consume_parsed(
+            stream,
+            read,
+            handle,
+            dlq,
+            STAGE,
+            size=s.window_batch_size,
+            within=s.window_batch_within,
+            max_delay=s.retry_max_backoff,
+        )
 
     async def window(stream: Any) -> None:
         if s.generation:

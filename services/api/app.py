@@ -153,7 +153,7 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     async def readyz() -> JSONResponse:
         checks = await readiness.check()
         ok = all(checks.values())
-        body = {"ready": ok, "checks": checks, **readiness.report()}  # + the serving generation (issue 10)
+        body = {"ready": ok, "checks": checks, **readiness.report()}  # + the serving generation
         return JSONResponse(status_code=200 if ok else 503, content=body)
 
     @app.get(

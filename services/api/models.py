@@ -274,9 +274,7 @@ class ReadyStatus(BaseModel):
 
     ready: bool = Field(description="True when every check passed")
     checks: dict[str, bool] = Field(description="Each dependency and whether it answered in time")
-    generation: str = Field(
-        default="default", description="The generation of memory this read service answers from (issue 10)"
-    )
+    generation: str = Field(default="default", description="The generation of memory this read service answers from")
     rebuilding: dict[str, int | None] = Field(
         default_factory=dict, description="Generations being rebuilt, with the messages each has yet to process"
     )

@@ -12,7 +12,7 @@ throughout (nothing else in the process could run meanwhile anyway), while
 a hop to the owner thread and back is two GIL hand-offs, each of which can
 wait a whole switch interval (5 ms) under concurrent recalls. At 8
 concurrent clients over 100k memories the hop cost a quarter of the
-throughput (make bench, issue 11). The engine takes concurrent reads and
+throughput (make bench). The engine takes concurrent reads and
 writes (Qdrant's segments are locked inside); a read may see part of a batch
 being upserted, each point whole.
 """

@@ -175,7 +175,7 @@ def as_legs(names: Sequence[str], results: Sequence[list[Hit]]) -> Legs:
 
 
 OUTDATED_INDEX = (
-    "the recall index at {where} was made before exchanges carried context vectors (issue 11: it has no "
+    "the recall index at {where} was made before exchanges carried context vectors (it has no "
     f"{DENSE_CTX!r}/{SPARSE_CTX!r}); with the stack stopped, run `memstream rebuild index` to rebuild it from "
     "Postgres (memories stored before then are indexed without context)"
 )

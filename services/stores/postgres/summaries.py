@@ -1,4 +1,4 @@
-"""The rolling per-session summary that LLM fact extraction reads and extends (issue 8, LLM path a).
+"""The rolling per-session summary that LLM fact extraction reads and extends (LLM path a).
 
 Each chunk evicted from a session's window is sent to the model with the
 summary so far; the answer's updated summary replaces the stored one. Kafka
