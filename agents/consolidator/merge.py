@@ -121,6 +121,9 @@ class BatchView:
         options = [s for s in stored if s.record.id not in self.current]
         stored_vectors = {s.record.id: s.vector for s in stored}
         for rid, record in self.current.items():
+            # Scope first: a batch spans many users, and the cosine is the costly part.
+            if not mergeable(candidate, record):
+                continue
             own = self.vectors.get(rid) or stored_vectors.get(rid)
             if own is None or len(own) != len(vector):
                 continue
