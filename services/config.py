@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     # None means the embedded Qdrant Edge shard under data_dir/qdrant.
     qdrant_url: str | None = None
     qdrant_collection: str = "memories"
+    # Qdrant server's API key (its service.api_key), sent with every request; never logged.
+    qdrant_api_key: SecretStr | None = None
 
     http_host: str = "127.0.0.1"
     http_port: int = 8080

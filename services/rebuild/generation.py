@@ -250,11 +250,10 @@ async def drop_generation(settings: Settings, name: str) -> list[str]:
     removed += await asyncio.to_thread(_delete_topics, settings, list(gen.own_topics().values()))
     scoped = generations.scoped(settings, name)
     if settings.qdrant_url:
-        from qdrant_client import AsyncQdrantClient
-
         from services.stores import model_suffix
+        from services.stores.qdrant_server_index import server_client
 
-        client = AsyncQdrantClient(url=settings.qdrant_url)
+        client = server_client(settings.qdrant_url, settings.qdrant_api_key)
         try:
             collection = scoped.qdrant_collection + model_suffix(settings)
             if await client.collection_exists(collection):

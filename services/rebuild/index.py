@@ -207,7 +207,7 @@ async def rebuild_server(
     began = datetime.now(UTC)
     total, other = await count_indexable(pool, dim)
     progress.total = total
-    target = ServerIndex(settings.qdrant_url, fresh)
+    target = ServerIndex(settings.qdrant_url, fresh, settings.qdrant_api_key)
     owned = client is None
     if client is None:
         client = target._client

@@ -22,7 +22,7 @@ def open_vector_index(settings: Settings) -> VectorIndex:
     if settings.qdrant_url:
         from services.stores.qdrant_server_index import ServerIndex
 
-        return ServerIndex(settings.qdrant_url, settings.qdrant_collection + suffix)
+        return ServerIndex(settings.qdrant_url, settings.qdrant_collection + suffix, settings.qdrant_api_key)
     from services.stores.qdrant_edge_index import EdgeIndex
 
     return EdgeIndex(settings.qdrant_path / suffix.lstrip("_") if suffix else settings.qdrant_path)

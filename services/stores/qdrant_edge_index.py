@@ -89,6 +89,20 @@ def _vectors(p: IndexedMemory) -> dict[str, Any]:
     return {name: _query(vec) for name, vec in p.named_vectors().items()}
 
 
+def private_dir(path: Path) -> None:
+    """`path` and every directory created for it are 0700: the shard holds every memory's text in clear.
+
+    `mkdir(mode=...)` gives parents the default mode and is cut by the umask,
+    so each missing level is created and then set; an existing shard made
+    before this rule is narrowed too.
+    """
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for level in reversed(missing):
+        level.mkdir(mode=0o700, exist_ok=True)
+        level.chmod(0o700)
+    path.chmod(0o700)
+
+
 class EdgeIndex(FusedSearch):
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -122,9 +136,9 @@ class EdgeIndex(FusedSearch):
         )
 
         def open_or_create() -> qe.EdgeShard:
+            private_dir(self._path)
             if (self._path / "edge_config.json").exists() or any(self._path.glob("segments*")):
                 return qe.EdgeShard.load(str(self._path), config)
-            self._path.mkdir(parents=True, exist_ok=True)
             shard = qe.EdgeShard.create(str(self._path), config)
             for name in _KEYWORD_FIELDS:
                 shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))

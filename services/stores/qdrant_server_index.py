@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import SecretStr
 from qdrant_client import AsyncQdrantClient, models
 
 from services.errors import StackError
@@ -62,9 +63,21 @@ def _vectors(p: IndexedMemory) -> dict[str, list[float] | models.SparseVector]:
     return {name: _query(vec) for name, vec in p.named_vectors().items()}
 
 
+def server_client(url: str, api_key: SecretStr | None = None) -> AsyncQdrantClient:
+    """A client of the Qdrant server at `url` (":memory:": qdrant-client's in-process engine, for tests).
+
+    The API key (MEMSTREAM_QDRANT_API_KEY, the server's `service.api_key`)
+    stays a SecretStr until it is handed to the client, so no repr or log of
+    the settings shows it.
+    """
+    if url == ":memory:":
+        return AsyncQdrantClient(location=":memory:")
+    return AsyncQdrantClient(url=url, api_key=None if api_key is None else api_key.get_secret_value())
+
+
 class ServerIndex(FusedSearch):
-    def __init__(self, url: str, collection: str) -> None:
-        self._client = AsyncQdrantClient(location=":memory:") if url == ":memory:" else AsyncQdrantClient(url=url)
+    def __init__(self, url: str, collection: str, api_key: SecretStr | None = None) -> None:
+        self._client = server_client(url, api_key)
         self._collection = collection
 
     async def ensure(self, dimension: int) -> None:
