@@ -29,77 +29,38 @@ import struct
 import sys
 from pathlib import Path
 
+from ops.kafka_acl import (
+    API_VERSIONS,
+    SASL_HANDSHAKE,
+    WORKER,
+    Malformed,
+    Reader,
+    Writer,
+    advertised,
+    api_versions_response,
+    decide,
+    parse_api_versions,
+    parse_header,
+    parse_request,
+)
 from ops.scram import MECHANISMS, AuthFailed, ScramServer, UserStore
+from services.config import Settings
 
 log = logging.getLogger("memstream.kafka_gate")
 
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+SASL_AUTHENTICATE = 36
 UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED = 33, 34, 58
 # An unauthenticated client has no business sending more than this in one request.
 MAX_FRAME_BEFORE_AUTH = 64 * 1024
+# After authentication: Kafka's own request limit (socket.request.max.bytes), and room for a large fetch answer.
+MAX_REQUEST = 100 * 1024 * 1024
+MAX_RESPONSE = 512 * 1024 * 1024
 PUMP_CHUNK = 256 * 1024
+AUTH_DEADLINE = 10.0
 
 
 class Refused(Exception):
-    """Close the connection: the client broke the protocol or failed to authenticate."""
-
-
-class _Reader:
-    """Kafka primitive types off one request body."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise Refused("truncated request")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def int16(self) -> int:
-        value: int = struct.unpack(">h", self.take(2))[0]
-        return value
-
-    def int32(self) -> int:
-        value: int = struct.unpack(">i", self.take(4))[0]
-        return value
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise Refused("varint too long")
-
-    def nullable_string(self) -> str | None:
-        n = self.int16()
-        return None if n < 0 else self.take(n).decode()
-
-    def bytes32(self) -> bytes:
-        return self.take(self.int32())
-
-    def compact_bytes(self) -> bytes:
-        return self.take(self.uvarint() - 1)
-
-    def skip_tagged_fields(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    """Close the connection: the client broke the protocol, failed to authenticate, or overstepped its role."""
 
 
 def _string(value: str) -> bytes:
@@ -114,27 +75,17 @@ def handshake_response(correlation_id: int, error: int) -> bytes:
 
 def authenticate_response(correlation_id: int, version: int, error: int, message: str | None, token: bytes) -> bytes:
     """SaslAuthenticate v0-v2 (v2 is "flexible": compact fields, tagged-field sections, header v1)."""
-    if version >= 2:
-        text = b"\x00" if message is None else _uvarint(len(message.encode()) + 1) + message.encode()
-        return (
-            struct.pack(">i", correlation_id)
-            + b"\x00"
-            + struct.pack(">h", error)
-            + text
-            + _uvarint(len(token) + 1)
-            + token
-            + struct.pack(">q", 0)
-            + b"\x00"
-        )
-    text = struct.pack(">h", -1) if message is None else _string(message)
-    body = struct.pack(">ih", correlation_id, error) + text + struct.pack(">i", len(token)) + token
-    return body + (struct.pack(">q", 0) if version >= 1 else b"")
+    w = Writer(version >= 2).raw("i", correlation_id).tags().raw("h", error).string(message).length(len(token))
+    w.out += token
+    if version >= 1:
+        w.raw("q", 0)  # session lifetime
+    return bytes(w.tags().out)
 
 
 async def read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
     size = struct.unpack(">i", await reader.readexactly(4))[0]
     if not 0 < size <= limit:
-        raise Refused(f"frame of {size} bytes before authentication")
+        raise Refused(f"frame of {size} bytes (at most {limit} here)")
     return await reader.readexactly(size)
 
 
@@ -143,19 +94,58 @@ def write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
 
 
 class Gate:
-    def __init__(self, upstream: tuple[str, int], users: UserStore) -> None:
+    """Authenticates each connection, then forwards it to the broker as its user's role allows.
+
+    No broker connection is opened for a client before it authenticates:
+    ApiVersions is answered from the broker's list fetched once at start-up
+    (`load_api_versions`), capped where the gate reads requests. A client that
+    has not authenticated within `auth_deadline` seconds is closed.
+    """
+
+    def __init__(self, upstream: tuple[str, int], users: UserStore, auth_deadline: float = AUTH_DEADLINE) -> None:
         self.upstream = upstream
         self.users = users
+        self.auth_deadline = auth_deadline
+        self._apis: asyncio.Future[dict[int, tuple[int, int]]] = asyncio.get_running_loop().create_future()
+
+    async def load_api_versions(self, retry: float = 0.5) -> None:
+        """Ask the broker its ApiVersions once (retrying until it listens); clients get this list from the gate."""
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(*self.upstream)
+            except OSError as exc:
+                log.debug("broker not reachable yet: %s", exc)
+                await asyncio.sleep(retry)
+                continue
+            try:
+                write_frame(writer, struct.pack(">hhih", API_VERSIONS, 0, 0, -1))
+                await writer.drain()
+                response = await read_frame(reader, MAX_FRAME_BEFORE_AUTH)
+                broker = parse_api_versions(response[4:])
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+            self._apis.set_result(advertised(broker))
+            log.info("broker API versions loaded (%d APIs)", len(broker))
+            return
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         up_writer: asyncio.StreamWriter | None = None
         try:
+            try:
+                user = await asyncio.wait_for(self._authenticate(reader, writer), self.auth_deadline)
+            except TimeoutError:
+                raise Refused(f"not authenticated within {self.auth_deadline:g}s") from None
+            role = self.users.effective_role(user)
+            log.info("%s authenticated as %r (%s)", peer, user, role)
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
-            user = await self._authenticate(reader, writer, up_reader, up_writer)
-            log.info("%s authenticated as %r", peer, user)
-            await _pump(reader, writer, up_reader, up_writer)
-        except Refused as exc:
+            if role == WORKER:
+                await _pump(reader, writer, up_reader, up_writer)
+            else:
+                await self._proxy(user, role, reader, writer, up_reader, up_writer)
+        except (Refused, Malformed) as exc:
             log.warning("refused %s: %s", peer, exc)
         except (OSError, asyncio.IncompleteReadError) as exc:
             log.debug("connection %s ended: %r", peer, exc)
@@ -168,13 +158,11 @@ class Gate:
                     with contextlib.suppress(OSError):
                         await w.wait_closed()
 
-    async def _authenticate(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
-    ) -> str:
+    async def _api_versions(self, frame: bytes) -> bytes:
+        _, version, correlation_id, _ = parse_header(frame)
+        return api_versions_response(correlation_id, version, await self._apis)
+
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
         """Answer requests until a SCRAM exchange succeeds; returns the user name."""
         server: ScramServer | None = None
         raw_tokens = False  # SaslHandshake v0: the SASL tokens follow as bare frames
@@ -190,15 +178,13 @@ class Gate:
                 if done:
                     return server.username or ""
                 continue
-            body = _Reader(frame)
+            body = Reader(frame)
             api_key, version, correlation_id = body.int16(), body.int16(), body.int32()
             if api_key == API_VERSIONS:
-                write_frame(up_writer, frame)
-                await up_writer.drain()
-                write_frame(writer, await read_frame(up_reader, 1 << 20))
+                write_frame(writer, await self._api_versions(frame))
             elif api_key == SASL_HANDSHAKE:
-                body.nullable_string()  # client id
-                mechanism = body.nullable_string() or ""
+                body.legacy_nullable_string()  # client id
+                mechanism = body.legacy_nullable_string() or ""
                 supported = mechanism in MECHANISMS
                 write_frame(writer, handshake_response(correlation_id, 0 if supported else UNSUPPORTED_SASL_MECHANISM))
                 if not supported:
@@ -213,12 +199,13 @@ class Gate:
                     )
                     await writer.drain()
                     raise Refused("SaslAuthenticate before SaslHandshake")
-                body.nullable_string()
+                body.legacy_nullable_string()
                 if version >= 2:
-                    body.skip_tagged_fields()
-                    payload = body.compact_bytes()
+                    body.tags()
+                    body.flexible = True
+                    payload = body.take(body.uvarint() - 1)
                 else:
-                    payload = body.bytes32()
+                    payload = body.take(body.int32())
                 token, done = _step(server, payload)
                 if token is None:
                     message = f"Authentication failed: invalid credentials with SASL mechanism {server.mechanism}"
@@ -235,6 +222,57 @@ class Gate:
             else:
                 raise Refused(f"request {api_key} v{version} before authentication")
             await writer.drain()
+
+    async def _proxy(
+        self,
+        user: str,
+        role: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        """Forward, answer or refuse each request as `role` allows, keeping the answers in request order.
+
+        A client matches answers to requests by order (aiokafka insists on it),
+        so an answer the gate makes waits in the queue behind the broker's
+        answers to earlier requests.
+        """
+        answers: asyncio.Queue[bytes | None] = asyncio.Queue()  # None: the broker's next answer
+
+        async def requests() -> None:
+            while True:
+                frame = await read_frame(reader, MAX_REQUEST)
+                request = parse_request(frame)
+                verdict = decide(role, user, request)
+                if verdict.close is not None:
+                    raise Refused(verdict.close)
+                if request.api_key == API_VERSIONS:
+                    await answers.put(await self._api_versions(frame))
+                elif verdict.forward:
+                    if verdict.answered:
+                        await answers.put(None)
+                    write_frame(up_writer, frame)
+                    await up_writer.drain()
+                elif verdict.reply is not None:
+                    log.warning("refused %s %r: request %d for %s", role, user, request.api_key, request.topics)
+                    await answers.put(verdict.reply)
+
+        async def responses() -> None:
+            while True:
+                answer = await answers.get()
+                write_frame(writer, answer if answer is not None else await read_frame(up_reader, MAX_RESPONSE))
+                await writer.drain()
+
+        tasks = [asyncio.ensure_future(requests()), asyncio.ensure_future(responses())]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _step(server: ScramServer, message: bytes) -> tuple[bytes | None, bool]:
@@ -278,12 +316,16 @@ def _address(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-async def serve(listen: tuple[str, int], upstream: tuple[str, int], users: Path) -> None:
-    gate = Gate(upstream, UserStore(users))
+async def serve(listen: tuple[str, int], upstream: tuple[str, int], users: Path, auth_deadline: float) -> None:
+    gate = Gate(upstream, UserStore(users), auth_deadline)
+    loading = asyncio.ensure_future(gate.load_api_versions())
     server = await asyncio.start_server(gate.handle, *listen, reuse_address=True)
     log.info("SCRAM gate on %s:%s in front of %s:%s (users in %s)", *listen, *upstream, users)
-    async with server:
-        await server.serve_forever()
+    try:
+        async with server:
+            await server.serve_forever()
+    finally:
+        loading.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,11 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True, help="host:port clients connect to")
     parser.add_argument("--upstream", required=True, help="host:port of the broker")
     parser.add_argument("--users", required=True, type=Path, help="the users file (ops/scram.py UserStore)")
+    parser.add_argument(
+        "--auth-deadline",
+        type=float,
+        default=None,
+        help="seconds a client has to authenticate (default: MEMSTREAM_KAFKA_GATE_AUTH_DEADLINE, 10)",
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    deadline = args.auth_deadline if args.auth_deadline is not None else Settings().kafka_gate_auth_deadline
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(_address(args.listen), _address(args.upstream), args.users))
+        asyncio.run(serve(_address(args.listen), _address(args.upstream), args.users, deadline))
     return 0
 
 

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ops.kafka_acl import DEFAULT_ROLE, ROLES, WORKER
+
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 # Kafka's minimum is 4096; tansu's `user create` default is 8192.
 ITERATIONS = 8192
@@ -165,16 +167,19 @@ class ScramServer:
 
 
 class UserStore:
-    """The users file (`{"users": {name: {mechanism: credential}}}`), re-read when it changes on disk.
+    """The users file (`{"users": {name: {mechanism: credential}}, "roles": {name: role}}`), re-read on change.
 
     Re-reading on change is what lets `memstream kafka-users add` take effect
-    in a running gate without a restart.
+    in a running gate without a restart. A user without an entry in "roles"
+    (stored before roles existed) is a worker (ops/kafka_acl.py DEFAULT_ROLE):
+    that is what such a user could do then.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._stamp: tuple[int, int] | None = None
         self._users: dict[str, dict[str, Credential]] = {}
+        self._roles: dict[str, str] = {}
 
     def lookup(self, mechanism: str) -> Callable[[str], Credential | None]:
         def find(username: str) -> Credential | None:
@@ -190,27 +195,44 @@ class UserStore:
             return self._users
         stamp = (stat.st_mtime_ns, stat.st_size)
         if stamp != self._stamp:
-            raw = json.loads(self.path.read_text() or "{}").get("users", {})
+            data = json.loads(self.path.read_text() or "{}")
             self._users = {
                 name: {mech: Credential.from_json(cred) for mech, cred in by_mech.items()}
-                for name, by_mech in raw.items()
+                for name, by_mech in data.get("users", {}).items()
             }
+            self._roles = {name: str(role) for name, role in data.get("roles", {}).items()}
             self._stamp = stamp
         return self._users
 
-    def put(self, name: str, password: str, mechanisms: Iterable[str] = tuple(MECHANISMS)) -> None:
-        """Add or replace a user, for every mechanism (a client may pick either)."""
+    def role(self, name: str) -> str | None:
+        """The user's stored role; None when it has none (stored before roles existed)."""
+        self.users()
+        return self._roles.get(name)
+
+    def effective_role(self, name: str) -> str:
+        """What the gate enforces: the stored role, else DEFAULT_ROLE."""
+        return self.role(name) or DEFAULT_ROLE
+
+    def put(self, name: str, password: str, mechanisms: Iterable[str] = tuple(MECHANISMS), role: str = WORKER) -> None:
+        """Add or replace a user, for every mechanism (a client may pick either), in `role`.
+
+        The default role is the one memstream's own user needs (ops/embedded.py
+        registers it with this call); a chat service's user is given its role
+        by `memstream kafka-users add --role`.
+        """
         if not name or "," in name or "=" in name:
             raise ValueError("a Kafka user name must be non-empty, without ',' or '='")
+        if role not in ROLES:
+            raise ValueError(f"a Kafka role is one of {', '.join(ROLES)}, not {role!r}")
         users = dict(self.users())
         users[name] = {mech: make_credential(mech, password) for mech in mechanisms}
-        self._write(users)
+        self._write(users, {**self._roles, name: role})
 
     def remove(self, name: str) -> bool:
         users = dict(self.users())
         if users.pop(name, None) is None:
             return False
-        self._write(users)
+        self._write(users, {n: r for n, r in self._roles.items() if n != name})
         return True
 
     def verify(self, name: str, password: str) -> bool:
@@ -224,10 +246,13 @@ class UserStore:
             for mech, cred in stored.items()
         )
 
-    def _write(self, users: dict[str, dict[str, Credential]]) -> None:
+    def _write(self, users: dict[str, dict[str, Credential]], roles: dict[str, str]) -> None:
         """Atomically (write + rename), mode 0600 from the start."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"users": {name: {m: c.to_json() for m, c in by_mech.items()} for name, by_mech in users.items()}}
+        data = {
+            "users": {name: {m: c.to_json() for m, c in by_mech.items()} for name, by_mech in users.items()},
+            "roles": roles,
+        }
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:

@@ -180,6 +180,8 @@ class Settings(BaseSettings):
     kafka_sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] | None = None
     kafka_sasl_username: str | None = None
     kafka_sasl_password: SecretStr | None = None
+    # Seconds the embedded broker's SCRAM gate gives a new connection to authenticate before closing it.
+    kafka_gate_auth_deadline: float = 10.0
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> Settings:
