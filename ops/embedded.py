@@ -38,6 +38,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from agents.stages import INDEX_STAGE, STAGE_NAMES, without
+from ops.s3auth import REGION as S3_REGION
+from ops.s3auth import Credentials, credentials_path, load_credentials
 from ops.scram import UserStore
 from ops.topics import create_topics, load_specs
 from services.config import Settings
@@ -155,37 +157,48 @@ def broker_argv(bootstrap: str, listen: str | None = None, storage: str = "memor
 KAFKA_BUCKET = "tansu"
 
 
+def kafka_root(settings: Settings) -> Path:
+    """The Kafka store's folder (0700): its buckets, and the key pair its requests are signed with."""
+    return (settings.data_dir / "kafka").resolve()
+
+
+def kafka_store_credentials(settings: Settings) -> Credentials:
+    """The store's key pair, generated into its folder the first time (ops/s3auth.py)."""
+    return load_credentials(credentials_path(kafka_root(settings)))
+
+
 def kafka_store_child(settings: Settings, port: int, log_dir: Path) -> Child:
     """ops/s3store.py on a loopback port: the files under data_dir/kafka that tansu's s3:// storage reads and writes."""
-    root = str((settings.data_dir / "kafka").resolve())
-    argv = [sys.executable, "-m", "ops.s3store", root, "--port", str(port), "--bucket", KAFKA_BUCKET]
+    root = kafka_root(settings)
+    argv = [sys.executable, "-m", "ops.s3store", str(root), "--port", str(port), "--bucket", KAFKA_BUCKET]
+    argv += ["--credentials", str(credentials_path(root))]
     if settings.topics_file.is_file():  # its retention_ms is what the store's log keeper enforces
         argv += ["--topics-file", str(settings.topics_file.resolve())]
     return Child("kafka-store", argv, log_dir)
 
 
-def s3_env(endpoint: str) -> dict[str, str]:
-    """tansu's S3 client reads its endpoint and credentials from AWS_* (any will do: the local store checks none).
+def s3_env(endpoint: str, credentials: Credentials) -> dict[str, str]:
+    """tansu's S3 client (object_store) reads its endpoint and credentials from AWS_* and signs with SigV4.
 
     Inherited AWS_* settings (a profile, a session token, a region) are dropped: they belong to some real S3.
     """
     env = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
     return {
         **env,
-        "AWS_ACCESS_KEY_ID": "memstream",
-        "AWS_SECRET_ACCESS_KEY": "memstream",
-        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": credentials.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
+        "AWS_DEFAULT_REGION": S3_REGION,
         "AWS_ENDPOINT": endpoint,
         "AWS_ALLOW_HTTP": "true",
     }
 
 
 def broker_child(settings: Settings, log_dir: Path, listen: str | None = None, s3_endpoint: str | None = None) -> Child:
-    """tansu in memory, or on the local S3 store at `s3_endpoint`."""
+    """tansu in memory, or on the local S3 store at `s3_endpoint` (data_dir/kafka), signing with its key pair."""
     if s3_endpoint is None:
         return Child("broker", broker_argv(settings.kafka_bootstrap, listen), log_dir)
     argv = broker_argv(settings.kafka_bootstrap, listen, f"s3://{KAFKA_BUCKET}/")
-    return Child("broker", argv, log_dir, env=s3_env(s3_endpoint))
+    return Child("broker", argv, log_dir, env=s3_env(s3_endpoint, kafka_store_credentials(settings)))
 
 
 def kafka_users_path(settings: Settings) -> Path:

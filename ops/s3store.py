@@ -18,6 +18,12 @@ them (measured: without them topics created together are lost):
 - accepted sockets set TCP_NODELAY (localbucket writes headers and body
   separately: Nagle plus delayed ACK stall every small reply ~40 ms).
 
+Every request must be signed with AWS Signature V4 by the key pair in the
+store's folder (ops/s3auth.py; localbucket checks no credentials at all):
+anything else is refused with 403 before it is looked at, and a body whose
+SHA-256 is not the signed one with 400 before anything is written. The
+folder is kept 0700, so the files themselves are the owner's alone too.
+
 Also: listings served from a sorted in-memory view of the folders
 (ops/s3listing.py: localbucket walks the whole bucket for every page, and
 tansu lists a partition on every fetch), DeleteObjects (tansu deletes a
@@ -55,6 +61,15 @@ from xml.sax.saxutils import escape
 import localbucket  # type: ignore[import-untyped]
 
 from ops.logkeeper import Gate, Graveyard, Keeper, KeeperConfig, Store, partition_of
+from ops.s3auth import (
+    Credentials,
+    SignatureError,
+    Verifier,
+    credentials_path,
+    load_credentials,
+    payload_matches,
+    private_dir,
+)
 from ops.s3listing import Listings
 from ops.topics import load_specs
 
@@ -90,10 +105,38 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
     listings: Listings
     gate: Gate
     graves: Graveyard
+    verifier: Verifier
+    # The signed SHA-256 of the current request's body.
+    payload_hash: str
 
     def setup(self) -> None:
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _dispatch(self, action: Callable[[str, str], None]) -> None:
+        """Every request is verified before localbucket parses or routes it; a refusal reads no body (403, closed)."""
+        try:
+            self.payload_hash = self.verifier.check(self.command, self.path, self.headers.items(), time.time())
+        except SignatureError as refused:
+            log.warning("refused %s %s from %s: %s", self.command, self.path[:200], self.client_address[0], refused)
+            self._send_error(localbucket.S3Error(HTTPStatus.FORBIDDEN, refused.code, refused.message))
+            return
+        super()._dispatch(action)
+
+    def do_OPTIONS(self) -> None:
+        """CORS preflights are signed like the rest (a browser cannot sign them: no web page gets in)."""
+        self._dispatch(lambda _bucket, _key: localbucket.S3Handler.do_OPTIONS(self))
+
+    def _read_body(self) -> bytes:
+        """Every body is read here (localbucket's writes all call it), and must be the one that was signed."""
+        body: bytes = super()._read_body()
+        if not payload_matches(self.payload_hash, body):
+            raise localbucket.S3Error(
+                HTTPStatus.BAD_REQUEST,
+                "XAmzContentSHA256Mismatch",
+                "The provided 'x-amz-content-sha256' header does not match what was computed.",
+            )
+        return body
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """Only server errors: tansu's polling would otherwise write a line per request."""
@@ -323,21 +366,30 @@ def make_server(
     buckets: list[str],
     keeper: KeeperConfig | None = None,
     retention: Mapping[str, int] | None = None,
+    *,
+    credentials: Credentials,
 ) -> Server:
     """A server on `host:port` keeping `buckets` (created if missing) under `root`; not yet serving.
 
-    With `keeper`, `server.keeper` cleans the first bucket's log (ops/logkeeper.py), `retention`
+    Only requests signed with `credentials` are served. With `keeper`,
+    `server.keeper` cleans the first bucket's log (ops/logkeeper.py), `retention`
     (topic -> ms, -1 forever) overriding the topics' own; it starts with `server.keeper.start()`.
     """
-    root = root.resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    root = private_dir(root.resolve())
     for bucket in buckets:
         (root / bucket).mkdir(exist_ok=True)
     swept = sweep_temporary(root)
     if swept:
         log.info("removed %d temporary files left by an earlier run", swept)
     locks, listings, gate, graves = KeyLocks(), Listings(describe), Gate(), Graveyard(root)
-    bound = {"data_root": root, "locks": locks, "listings": listings, "gate": gate, "graves": graves}
+    bound = {
+        "data_root": root,
+        "locks": locks,
+        "listings": listings,
+        "gate": gate,
+        "graves": graves,
+        "verifier": Verifier(credentials),
+    }
     server = Server((host, port), type("BoundHandler", (Handler,), bound))
     if keeper is not None:
         bucket_dir = root / buckets[0]
@@ -363,6 +415,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--bucket", action="append", default=[], help=f"created if missing (default: {BUCKET})")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--credentials",
+        type=Path,
+        help="the key pair requests must be signed with (JSON), generated if missing (default: ROOT/credentials.json)",
+    )
     parser.add_argument("--no-keeper", action="store_true", help="no retention or compaction of the log")
     parser.add_argument("--topics-file", type=Path, help="retention_ms per topic (overrides the topics' own)")
     defaults = KeeperConfig()
@@ -381,7 +438,10 @@ def main(argv: list[str] | None = None) -> int:
             target_bytes=args.keeper_target_bytes,
         )
     retention = {s.name: s.retention_ms for s in load_specs(args.topics_file)} if args.topics_file else {}
-    server = make_server(args.root, args.host, args.port, args.bucket or [BUCKET], keeper, retention)
+    credentials = load_credentials(args.credentials or credentials_path(args.root.resolve()))
+    server = make_server(
+        args.root, args.host, args.port, args.bucket or [BUCKET], keeper, retention, credentials=credentials
+    )
     log.info("S3 store for tansu on http://%s:%s, data in %s", args.host, args.port, args.root.resolve())
     if server.keeper is not None:
         server.keeper.start()

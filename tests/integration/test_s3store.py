@@ -29,10 +29,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ops.s3auth import Credentials, sign
 from ops.s3listing import Listings, Page, first_component
 from ops.s3store import make_server, sweep_temporary
 
 BUCKET = "tansu"
+CREDENTIALS = Credentials.generate()
 
 
 @dataclass
@@ -47,13 +49,17 @@ class Reply:
 
 
 class Client:
-    """One keep-alive connection, the way tansu's client reuses them."""
+    """One keep-alive connection, the way tansu's client reuses them; every request signed as tansu signs it."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, credentials: Credentials = CREDENTIALS) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        self.host = f"127.0.0.1:{port}"
+        self.credentials = credentials
 
     def request(self, method: str, path: str, body: bytes = b"", **headers: str) -> Reply:
-        self.conn.request(method, path, body=body, headers={k.replace("_", "-"): v for k, v in headers.items()})
+        named = {"host": self.host, **{k.replace("_", "-").lower(): v for k, v in headers.items()}}
+        signed = sign(self.credentials, method, path, named, body, time.time())
+        self.conn.request(method, path, body=body, headers=signed)
         response = self.conn.getresponse()
         data = response.read()
         if response.will_close:
@@ -100,7 +106,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def port(root: Path) -> Iterator[int]:
-    yield from serve(make_server(root, "127.0.0.1", 0, [BUCKET]))
+    yield from serve(make_server(root, "127.0.0.1", 0, [BUCKET], credentials=CREDENTIALS))
 
 
 def plain_server(root: Path) -> ThreadingHTTPServer:
@@ -255,7 +261,9 @@ def listed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]
     """(ours, plain localbucket): two servers on one tansu-like tree."""
     root = tmp_path_factory.mktemp("listing")
     with contextlib.ExitStack() as servers:
-        ours = servers.enter_context(contextlib.contextmanager(serve)(make_server(root, "127.0.0.1", 0, [BUCKET])))
+        ours = servers.enter_context(
+            contextlib.contextmanager(serve)(make_server(root, "127.0.0.1", 0, [BUCKET], credentials=CREDENTIALS))
+        )
         plain = servers.enter_context(contextlib.contextmanager(serve)(plain_server(root)))
         _tansu_like_tree(Client(ours))
         yield ours, plain
