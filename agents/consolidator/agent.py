@@ -1,6 +1,7 @@
 """consolidator: the single writer of long-term memory.
 
-One Postgres transaction per batch; changes go out only after it commits,
+One Postgres transaction per batch, holding the lock of every user in it
+(services/stores/postgres/locks.py); changes go out only after it commits,
 sealed in it with each user's data key (services/archive/changes.py).
 With an LLM configured, the model's ADD/UPDATE/DELETE/NONE verdicts are
 asked before the transaction and applied inside it (agents.consolidator.llm).
@@ -24,6 +25,7 @@ from services import metrics
 from services.archive.changes import Message, seal_changes
 from services.faults import crash_point
 from services.runtime import Runtime
+from services.stores.postgres.locks import lock_users
 
 STAGE = "consolidator"
 
@@ -42,6 +44,8 @@ async def consolidate(
     kinds: list[str] = []
     s = rt.settings
     async with rt.pg.transaction("consolidate") as conn:
+        # Before any read: every decision is made on rows no other writer changes until the commit.
+        await lock_users(conn, ((item.tenant_id, item.user_id) for item in batch))
         # Two queries for the whole batch (merge neighbours, importance centroids).
         ctx = await BatchContext.load(rt.memories, conn, batch, s.merge_similarity, s.min_importance)
         for position, item in enumerate(batch):

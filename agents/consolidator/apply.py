@@ -79,6 +79,13 @@ def context_vector(record: MemoryRecord, item: EmbeddedCandidate) -> list[float]
 
 
 def reinforced(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> MemoryRecord:
+    """The target stated again: stronger, its sources joined, observed since the earlier of both statements.
+
+    A restatement that arrives late never moves the observation forward, and
+    one observed before the record moves it back (decide.in_time makes sure
+    no other version of a keyed fact lies between). The latest statement's
+    time goes out as the change's `turn_ts`; the record keeps the earliest.
+    """
     c = item.candidate
     source = Provenance(
         session_id=target.source.session_id,
@@ -93,6 +100,7 @@ def reinforced(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> 
             "confidence": max(target.confidence, c.confidence),
             "reinforcement_count": target.reinforcement_count + 1,
             "source": source,
+            "observed_at": min(target.observed_at, c.observed_at),
             "updated_at": now,
             "version": target.version + 1,
         }
@@ -166,10 +174,12 @@ async def _neighbours(pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate, sim
     c = item.candidate
     fact_key = (c.category, c.key_name) if c.type is MemoryType.FACT and c.category and c.key_name else None
     found = await pg.neighbours(conn, c.tenant_id, c.user_id, c.candidate_id, c.type, content_hash(c.text), fact_key)
+    versions = () if fact_key is None else tuple(await pg.fact_versions(conn, c.tenant_id, c.user_id, *fact_key))
     return Neighbours(
         same_id=found.get("id"),
         same_content=found.get("content"),
         active_fact=found.get("fact"),
+        versions=versions,
         similar=None if similar is None else similar.record,
         similarity=0.0 if similar is None else similar.similarity,
     )
@@ -223,11 +233,17 @@ def merge_records(item: EmbeddedCandidate, decision: Decision, now: datetime) ->
     and replays instead of merging twice, and history shows both texts. When
     the candidate's text wins it is a new record (the candidate's id) and the
     old one is the loser; otherwise the old record absorbs the candidate.
+
+    In time: the winner keeps its own observation and the loser was true until
+    the later of both observations, so a point-in-time read shows the earlier
+    text until the later statement, whichever arrived first, and no row is
+    merged before it was observed.
     """
     target = decision.target
     if target is None:
         raise AssertionError("merge without a target")
     c = item.candidate
+    merged_at = max(c.observed_at, target.observed_at)
     fresh = new_record(item, decision.record_id, now)
     if decision.candidate_wins:
         winner = fresh.model_copy(
@@ -240,7 +256,7 @@ def merge_records(item: EmbeddedCandidate, decision: Decision, now: datetime) ->
         loser = target.model_copy(
             update={
                 "status": MemoryStatus.MERGED,
-                "superseded_at": c.observed_at,
+                "superseded_at": merged_at,
                 "superseded_by": winner.id,
                 "updated_at": now,
                 "version": target.version + 1,
@@ -251,7 +267,7 @@ def merge_records(item: EmbeddedCandidate, decision: Decision, now: datetime) ->
         update={**_merged_fields(target, fresh, incoming_first=False), "updated_at": now, "version": target.version + 1}
     )
     loser = fresh.model_copy(
-        update={"status": MemoryStatus.MERGED, "superseded_at": c.observed_at, "superseded_by": winner.id}
+        update={"status": MemoryStatus.MERGED, "superseded_at": merged_at, "superseded_by": winner.id}
     )
     return winner, loser
 
@@ -304,8 +320,21 @@ async def _llm_decision(
     held = None if verdict.target_id is None else await pg.with_vector(conn, c.tenant_id, c.user_id, verdict.target_id)
     if held is None or held[0].status is not MemoryStatus.ACTIVE:
         return None  # merged or retired since the model looked
+    target = held[0]
+    if c.observed_at < target.observed_at:
+        # Said before the target: the target replaced it, not the other way round.
+        if verdict.action is LlmAction.DELETE:
+            return Decision(Action.IGNORED, c.candidate_id, reason=f"{verdict.describe()}; observed before its target")
+        return Decision(
+            Action.HISTORY,
+            c.candidate_id,
+            target,
+            reason=verdict.describe(),
+            ends_at=target.observed_at,
+            ends_by=target.id,
+        )
     action = Action.SUPERSEDE if verdict.action is LlmAction.UPDATE else Action.DELETED
-    return Decision(action, c.candidate_id, held[0], reason=verdict.describe())
+    return Decision(action, c.candidate_id, target, reason=verdict.describe())
 
 
 def deleted(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> MemoryRecord:
@@ -388,15 +417,53 @@ async def apply_candidate(
             _change(old, ChangeOp.SUPERSEDED, item, now, reason=why),
             _change(record, ChangeOp.ADDED, item, now, reason=why),
         ]
+    if decision.action is Action.HISTORY:
+        return decision, await _history(pg, conn, item, decision, now, ctx)
     if decision.action is Action.REINFORCE and target is not None:
         record = reinforced(target, item, now)
         await pg.upsert(conn, record, None)
         if ctx is not None:
             ctx.view.wrote(record, None)
-        return decision, [_change(record, ChangeOp.UPDATED, item, now)]
+        op = ChangeOp.UPDATED if record.status is MemoryStatus.ACTIVE else _retired_op(record)
+        return decision, [*await _cut(pg, conn, item, decision, now, ctx), _change(record, op, item, now)]
     if target is None:
         raise AssertionError(f"{decision.action} without a target")
     return decision, await _replayed(pg, conn, item, target, now)
+
+
+async def _cut(
+    pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate, decision: Decision, now: datetime, ctx: BatchContext | None
+) -> list[MemoryChange]:
+    """The version before the candidate's time now ends at its observation, followed by the decision's record."""
+    if decision.cut is None:
+        return []
+    cut = decision.cut.model_copy(
+        update={
+            "superseded_at": item.candidate.observed_at,
+            "superseded_by": decision.record_id,
+            "updated_at": now,
+            "version": decision.cut.version + 1,
+        }
+    )
+    await pg.upsert(conn, cut, None)
+    if ctx is not None:
+        ctx.view.wrote(cut, None)
+    return [_change(cut, _retired_op(cut), item, now, reason=decision.reason)]
+
+
+async def _history(
+    pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate, decision: Decision, now: datetime, ctx: BatchContext | None
+) -> list[MemoryChange]:
+    """A statement observed before the current version: a superseded version, true from its observation until
+    `ends_at`, with its vector (a point-in-time read matches it); the current version is not touched."""
+    record = new_record(item, decision.record_id, now).model_copy(
+        update={"status": MemoryStatus.SUPERSEDED, "superseded_at": decision.ends_at, "superseded_by": decision.ends_by}
+    )
+    await pg.upsert(conn, record, item.vector, context_vector(record, item))
+    if ctx is not None:
+        ctx.view.wrote(record, None)
+    changes = [_change(record, ChangeOp.SUPERSEDED, item, now, reason=decision.reason)]
+    return changes + await _cut(pg, conn, item, decision, now, ctx)
 
 
 def _retired_op(record: MemoryRecord) -> ChangeOp:

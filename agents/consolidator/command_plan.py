@@ -77,11 +77,14 @@ def add_candidate(cmd: AddMemory, vector: list[float], model: str) -> EmbeddedCa
 def retire(
     record: MemoryRecord, status: MemoryStatus, at: datetime, now: datetime, by: str | None = None
 ) -> MemoryRecord:
-    """Out of recall and the index, kept as history: superseded by `by`, or deleted."""
+    """Out of recall and the index, kept as history: superseded by `by`, or deleted.
+
+    At `at`, or at the record's observation if that is later: nothing ends before it began.
+    """
     return record.model_copy(
         update={
             "status": status,
-            "superseded_at": at,
+            "superseded_at": max(at, record.observed_at),
             "superseded_by": by,
             "updated_at": now,
             "version": record.version + 1,
@@ -94,7 +97,13 @@ def corrected(old: MemoryRecord, cmd: CorrectMemory, now: datetime) -> tuple[Mem
 
     The new version keeps what the memory was (type, key, provenance,
     importance, access) and is observed at the correction; its provenance
-    says who corrected it, so history shows both texts and why. It has no
+    says who corrected it, so history shows both texts and why.
+
+    A correction's time is the command's `at` (when the person asked: in
+    practice now), never earlier than the version it corrects: an explicit
+    act on what memory holds now, so it always becomes the current value,
+    and a late-arriving older statement of the key lands before it, as
+    history (agents/consolidator/decide.py). It has no
     context (MemoryRecord.context): the corrected words are the user's, not
     what was said after the turns before the original, and recall finds
     them through their own text.
@@ -104,6 +113,7 @@ def corrected(old: MemoryRecord, cmd: CorrectMemory, now: datetime) -> tuple[Mem
             "metadata": recent_metadata([*old.source.metadata, manual_entry(cmd.command_id, cmd.at, corrects=old.id)])
         }
     )
+    at = max(cmd.at, old.observed_at)
     new = old.model_copy(
         update={
             "id": cmd.new_id,
@@ -111,7 +121,7 @@ def corrected(old: MemoryRecord, cmd: CorrectMemory, now: datetime) -> tuple[Mem
             "content_hash": content_hash(cmd.text),
             "value": old.value if cmd.value is None else cmd.value,
             "status": MemoryStatus.ACTIVE,
-            "observed_at": cmd.at,
+            "observed_at": at,
             "created_at": now,
             "updated_at": now,
             "superseded_at": None,
@@ -122,7 +132,7 @@ def corrected(old: MemoryRecord, cmd: CorrectMemory, now: datetime) -> tuple[Mem
             "context": [],
         }
     )
-    return retire(old, MemoryStatus.SUPERSEDED, cmd.at, now, by=new.id), new
+    return retire(old, MemoryStatus.SUPERSEDED, at, now, by=new.id), new
 
 
 def matches_topic(record: MemoryRecord, topic: str) -> bool:

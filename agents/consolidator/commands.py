@@ -1,6 +1,7 @@
 """commands: the consolidator's side of `memory.commands`, the only way a person changes memory.
 
-A batch is applied in one Postgres transaction, each user's commands in
+A batch is applied in one Postgres transaction, holding the lock of every
+user it names (services/stores/postgres/locks.py), each user's commands in
 log order, each once (applied_commands): access marks from recall (tallied,
 one row update per memory per run of marks, kept in Postgres and never
 published), manual adds, corrections,
@@ -63,6 +64,7 @@ from services.stores.postgres import Conn, OutboxMessage
 from services.stores.postgres.commands import Access, CommandStore
 from services.stores.postgres.export import write_memories, write_sessions, write_summaries, write_turns
 from services.stores.postgres.forget import forget_user
+from services.stores.postgres.locks import lock_users
 from services.textutil import stable_id
 
 STAGE = "commands"
@@ -160,6 +162,7 @@ async def apply_commands(rt: Runtime, batch: list[AnyCommand]) -> Applied:
     for cmd in batch:
         by_user[(cmd.tenant_id, cmd.user_id)].append(cmd)
     async with rt.pg.transaction("apply_commands") as conn:
+        await lock_users(conn, by_user)
         applied = Applied(ChangeSealer(rt.keys, conn))
         for (tenant_id, user_id), commands in by_user.items():
             marks: list[AccessCommand] = []

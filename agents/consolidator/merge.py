@@ -54,13 +54,16 @@ def specificity(text: str) -> Specificity:
     return Specificity(len(entities), len(numbers), len(content), len(text.strip()))
 
 
-def candidate_wins(candidate_text: str, existing_text: str) -> bool:
+def candidate_wins(candidate_text: str, existing_text: str, *, earlier: bool = False) -> bool:
     """The more specific text survives: 2·entities + 2·numbers + distinct content words, then length.
 
-    A tie keeps the existing text: a memory's wording changes only when the
-    new one says strictly more.
+    A tie keeps the wording said first (`earlier`: the candidate was observed
+    before the existing memory), whichever arrived first: a memory's wording
+    changes only when a later statement says strictly more, and a late
+    arrival never wins for arriving last.
     """
-    return specificity(candidate_text).key() > specificity(existing_text).key()
+    mine, theirs = specificity(candidate_text).key(), specificity(existing_text).key()
+    return mine > theirs or (mine == theirs and earlier)
 
 
 def mergeable(candidate: MemoryCandidate, record: MemoryRecord) -> bool:

@@ -21,6 +21,7 @@ from services import topics
 from services.archive.changes import Message, seal_changes
 from services.archive.keys import KeyStore
 from services.stores.postgres import MemoryWriter, Outbox, OutboxMessage, PgPool
+from services.stores.postgres.locks import lock_users
 from services.stores.postgres.maintenance import load_user, users_with_active_memories
 from services.textutil import stable_id
 
@@ -81,6 +82,8 @@ async def maintain_user(
     texts = {} if synthesis is None else await _worded_topics(pool, tenant_id, user_id, now, rules, synthesis)
     writer = MemoryWriter()
     async with pool.transaction("maintenance") as conn:
+        # The user's lock, then the rows: no consolidator batch or command changes them until the commit.
+        await lock_users(conn, [(tenant_id, user_id)])
         rows = await load_user(conn, tenant_id, user_id)
         effects, counts = plan_user(rows.records, rows.vectors, rows.synthesized, now, rules)
         effects = with_texts(effects, texts)

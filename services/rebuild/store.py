@@ -53,6 +53,7 @@ from services.rebuild.log_end import EndDetector, read_to_end
 from services.rebuild.progress import Progress
 from services.stores.postgres import Conn, MemoryWriter, PgPool, migrate
 from services.stores.postgres.forget import forget_user
+from services.stores.postgres.locks import lock_users
 
 log = logging.getLogger("memstream.rebuild")
 
@@ -142,6 +143,7 @@ async def apply_stream(
         tally.skipped_forgotten += skipped[FORGOTTEN]
         tally.unreadable += skipped[UNREADABLE]
         async with pool.transaction("rebuild_store") as conn:
+            await lock_users(conn, {(c.tenant_id, c.user_id) for c in changes})
             await apply_changes(writer, conn, changes, tally)
         tally.messages += len(raw)
     return tally

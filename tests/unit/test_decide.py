@@ -61,9 +61,10 @@ def test_new_value_for_a_keyed_fact_supersedes() -> None:
     assert decision.target == old
 
 
-def test_same_value_differently_cased_does_not_supersede() -> None:
+def test_same_value_differently_cased_reinforces_and_does_not_supersede() -> None:
     decision = decide(candidate("berlin "), Neighbours(active_fact=record("old", "Berlin", ("e1",))))
-    assert decision.action is Action.ADD
+    assert decision.action is Action.REINFORCE
+    assert decision.record_id == stable_id("old")
 
 
 def test_restated_fact_reinforces() -> None:

@@ -169,6 +169,18 @@ class MemoryWriter:
         embedding = row["embedding"]
         return record_from_row(row), None if embedding is None else _floats(embedding)
 
+    async def fact_versions(
+        self, conn: Conn, tenant_id: str, user_id: str, category: str, key_name: str
+    ) -> list[MemoryRecord]:
+        """A keyed fact's versions in its timeline: the active row of the key and its superseded ones."""
+        cur = await conn.execute(
+            f"""SELECT {_RECORD_COLUMNS} FROM memories
+                WHERE tenant_id = %s AND user_id = %s AND type = 'fact' AND category = %s AND key_name = %s
+                  AND status IN ('active', 'superseded')""",
+            (tenant_id, user_id, category, key_name),
+        )
+        return [record_from_row(r) for r in await cur.fetchall()]
+
     async def superseded_by(self, conn: Conn, tenant_id: str, user_id: str, memory_id: str) -> list[MemoryRecord]:
         cur = await conn.execute(
             f"SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND superseded_by = %s",
@@ -186,7 +198,17 @@ class MemoryWriter:
         """Insert or update; a None vector (or context vector) keeps the stored one.
 
         A record's context is fixed when it is first written (migration 010), so
-        an update never changes it.
+        an update never changes it; its observation only moves earlier (a late
+        restatement of what was said before, agents/consolidator/decide.py).
+
+        Safe on its own whatever the caller read: a write never lowers the
+        stored version (an equal version passes only as the very same write,
+        same `updated_at`: a replayed change, a redelivered import), and never
+        turns a pruned or deleted row into anything else (a value stated again
+        is a new version under a new id, never a revival). Such a stale write
+        changes nothing and raises StoreRejected, like a row of another tenant
+        or user; callers hold the user's lock (services/stores/postgres/locks.py),
+        so it only ever catches a bug.
         """
         embedding = None if vector is None else np.asarray(vector, dtype=np.float32)
         context_embedding = None if context_vector is None else np.asarray(context_vector, dtype=np.float32)
@@ -194,6 +216,7 @@ class MemoryWriter:
             f"""INSERT INTO memories ({_RECORD_COLUMNS}, source_session_id, embedding, context_embedding)
                 VALUES ({", ".join(["%s"] * 29)})
                 ON CONFLICT (id) DO UPDATE SET text = EXCLUDED.text, importance = EXCLUDED.importance,
+                  observed_at = LEAST(memories.observed_at, EXCLUDED.observed_at),
                   confidence = EXCLUDED.confidence, status = EXCLUDED.status, updated_at = EXCLUDED.updated_at,
                   superseded_at = EXCLUDED.superseded_at, superseded_by = EXCLUDED.superseded_by,
                   provenance = EXCLUDED.provenance, entities = EXCLUDED.entities,
@@ -206,6 +229,9 @@ class MemoryWriter:
                   embedding = COALESCE(EXCLUDED.embedding, memories.embedding),
                   context_embedding = COALESCE(EXCLUDED.context_embedding, memories.context_embedding)
                 WHERE memories.tenant_id = EXCLUDED.tenant_id AND memories.user_id = EXCLUDED.user_id
+                  AND (memories.version < EXCLUDED.version
+                       OR (memories.version = EXCLUDED.version AND memories.updated_at = EXCLUDED.updated_at))
+                  AND (memories.status NOT IN ('pruned', 'deleted') OR memories.status = EXCLUDED.status)
                 RETURNING 1 AS written""",
             (
                 record.id,
@@ -240,8 +266,20 @@ class MemoryWriter:
             ),
         )
         if await cur.fetchone() is None:
-            # The id exists under another tenant or user: never touch their row.
-            raise StoreRejected(f"memory {record.id} belongs to another tenant or user")
+            raise StoreRejected(await self._refused(conn, record))
+
+    @staticmethod
+    async def _refused(conn: Conn, record: MemoryRecord) -> str:
+        """Why an upsert wrote nothing: the id is another tenant's or user's, or the write is stale."""
+        cur = await conn.execute("SELECT tenant_id, user_id, status, version FROM memories WHERE id = %s", (record.id,))
+        row = await cur.fetchone()
+        if row is None or (row["tenant_id"], row["user_id"]) != (record.tenant_id, record.user_id):
+            # Never touch (or describe) their row.
+            return f"memory {record.id} belongs to another tenant or user"
+        return (
+            f"stale write of memory {record.id}: v{record.version} {record.status.value} over the stored "
+            f"v{row['version']} {row['status']}"
+        )
 
     async def open_questions(
         self, conn: Conn, scopes: Sequence[tuple[str, str]]
