@@ -45,6 +45,8 @@ class Settings(BaseSettings):
     # Larger request bodies get 413; a request taking longer gets 503.
     http_max_body_bytes: int = 1024 * 1024
     http_request_timeout: float = 2.0
+    # A request whose head and body have not all arrived this many seconds after its first byte gets 408, closed.
+    http_read_timeout: float = 30.0
     readyz_timeout: float = 1.0
     worker_metrics_port: int = 9464
 
@@ -162,9 +164,11 @@ class Settings(BaseSettings):
     # --- MCP server (services/mcp_server.py) ---
     # The memstream HTTP API the MCP tools call; unset = this machine's read service (http_host:http_port).
     api_url: str | None = None
-    # Tenant and user a tool call acts for when it names none (an assistant serving one user).
+    # Tenant and user every tool call acts for (`memstream mcp --tenant --user`).
     mcp_tenant: str | None = None
     mcp_user: str | None = None
+    # Let the model name tenant_id / user_id in each tool call instead of binding them (`--allow-any-user`).
+    mcp_allow_any_user: bool = False
     # Where `memstream mcp --http` listens (streamable HTTP at /mcp).
     mcp_host: str = "127.0.0.1"
     mcp_port: int = 8765

@@ -12,14 +12,27 @@ Whose key a call carries:
   `Authorization: Bearer <key>`, forwarded as is, so the port never lends
   this machine's (operator) key to whoever reaches it.
 
+Whose memory a call reaches: the tenant and user the server was started for
+(`--tenant` / `--user`, MEMSTREAM_MCP_TENANT / MEMSTREAM_MCP_USER). Bound,
+they are not tool arguments at all, so nothing the model reads (a prompt
+injection in a web page, a document, another user's message) can point a
+tool at someone else's memories, whatever the key could reach: the stdio
+default is this machine's operator key, which reaches every tenant. Only
+`--allow-any-user` (MEMSTREAM_MCP_ALLOW_ANY_USER) lets the model name
+`user_id` (and `tenant_id`, unless `--tenant` binds it) in each call; without
+a bound user or that flag the server refuses to start.
+
 An API error (401, 403, 404, 422, 503, ...) becomes a tool error carrying the
 API's message and code, which the model can read and act on.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -32,6 +45,7 @@ from pydantic import BaseModel, Field
 from schemas import MemoryStatus, MemoryType
 from services.auth.client import client_key
 from services.config import Settings
+from services.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +57,84 @@ INSTRUCTIONS = (
 )
 TIMEOUT_SECONDS = 30.0
 
+BOUND_INSTRUCTIONS = " Every tool acts for the one user this server was started for; none takes a user or tenant."
+ANY_USER_FLAG = "--allow-any-user"
+UNBOUND = (
+    "memstream mcp needs the tenant and user its tools act for: --tenant TENANT --user USER "
+    "(or MEMSTREAM_MCP_TENANT / MEMSTREAM_MCP_USER). Bound, they are not tool arguments, so nothing the model "
+    f"reads can point a tool at another user's memories. {ANY_USER_FLAG} (MEMSTREAM_MCP_ALLOW_ANY_USER) lets the "
+    "model name them in each call instead: then a prompt injection can read or delete the memories of any user "
+    "the API key reaches (with an operator key, every tenant's)."
+)
+TENANT_ARG, USER_ARG = "tenant_id", "user_id"
+
 TenantArg = Annotated[
-    str | None, Field(description="Tenant; default: MEMSTREAM_MCP_TENANT of the server's environment")
+    str | None, Field(description="Tenant; default: the server's --tenant, else the API key's tenant")
 ]
-UserArg = Annotated[str | None, Field(description="User whose memory it is; default: MEMSTREAM_MCP_USER")]
+UserArg = Annotated[str | None, Field(description="User whose memory it is; default: the server's --user")]
+
+
+@dataclass(frozen=True)
+class ToolScope:
+    """Whom the tools act for. What is bound is no tool argument: the model cannot name anything else."""
+
+    tenant_id: str | None
+    user_id: str | None
+    # `--allow-any-user`: the model names user_id (and tenant_id unless bound) in each call.
+    any_user: bool = False
+
+    @property
+    def hidden(self) -> frozenset[str]:
+        """The tool arguments this scope does not offer."""
+        if not self.any_user:
+            return frozenset({TENANT_ARG, USER_ARG})
+        return frozenset({TENANT_ARG}) if self.tenant_id is not None else frozenset()
+
+    def of_call(self, tenant_id: str | None, user_id: str | None) -> tuple[str | None, str]:
+        """(tenant, user) of a call; tenant None: the API key's own (an operator key is then refused by the API)."""
+        tenant = tenant_id if TENANT_ARG not in self.hidden and tenant_id else self.tenant_id
+        user = user_id if USER_ARG not in self.hidden and user_id else self.user_id
+        if not user:
+            raise ToolError("no user: pass user_id, or start the server with --user (MEMSTREAM_MCP_USER)")
+        return tenant, user
+
+
+def tool_scope(settings: Settings) -> ToolScope:
+    """The configured scope; ConfigError (UNBOUND) when neither bound nor explicitly left to the model."""
+    if settings.mcp_allow_any_user:
+        return ToolScope(settings.mcp_tenant or None, settings.mcp_user or None, any_user=True)
+    if not settings.mcp_tenant or not settings.mcp_user:
+        raise ConfigError(UNBOUND)
+    return ToolScope(settings.mcp_tenant, settings.mcp_user)
+
+
+Tool = Callable[..., Coroutine[Any, Any, Any]]
+
+
+def offered(tool: Tool, hidden: frozenset[str]) -> Tool:
+    """`tool` with the `hidden` parameters out of its signature, so out of the schema the MCP SDK derives from it.
+
+    The SDK validates a call's arguments against that schema and passes only
+    its fields, so a hidden parameter always keeps its default (None: the
+    bound value) whatever a call sends.
+    """
+    if not hidden:
+        return tool
+
+    @functools.wraps(tool)
+    async def bound(*args: Any, **kwargs: Any) -> Any:
+        return await tool(*args, **{k: v for k, v in kwargs.items() if k not in hidden})
+
+    sig = inspect.signature(tool, eval_str=True)
+    bound.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[p for p in sig.parameters.values() if p.name not in hidden]
+    )
+    return bound
+
+
+def _with_tenant(fields: dict[str, Any], tenant: str | None) -> dict[str, Any]:
+    """A request names its tenant only when one is bound or chosen; else the API takes the key's."""
+    return fields if tenant is None else {TENANT_ARG: tenant, **fields}
 
 
 class Memory(BaseModel):
@@ -135,6 +223,8 @@ def _bearer(headers: Mapping[str, str]) -> str | None:
 
 
 def build_server(settings: Settings) -> MCPServer:
+    """Raises ConfigError (UNBOUND) when no user is bound and `--allow-any-user` was not given."""
+    scope = tool_scope(settings)
     api = MemstreamApi(settings.api_base_url)
     own_key = client_key(settings)
 
@@ -147,18 +237,17 @@ def build_server(settings: Settings) -> MCPServer:
             raise ToolError("no API key: set MEMSTREAM_API_KEY (memstream keys create) or run `memstream up` here")
         raise ToolError("no API key: send `Authorization: Bearer <memstream API key>` to this MCP endpoint")
 
-    def scope(tenant_id: str | None, user_id: str | None) -> tuple[str, str]:
-        tenant, user = tenant_id or settings.mcp_tenant, user_id or settings.mcp_user
-        if not tenant:
-            raise ToolError("no tenant: pass tenant_id, or start the server with MEMSTREAM_MCP_TENANT")
-        if not user:
-            raise ToolError("no user: pass user_id, or start the server with MEMSTREAM_MCP_USER")
-        return tenant, user
-
     # Logging is the CLI's (services/cli.py main, on stderr: stdout is the protocol).
-    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
+    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS + ("" if scope.any_user else BOUND_INSTRUCTIONS))
 
-    @server.tool(description="What memory holds for the user about `query`, best first, ready for a prompt.")
+    def tool(description: str) -> Callable[[Tool], Tool]:
+        def register(fn: Tool) -> Tool:
+            server.add_tool(offered(fn, scope.hidden), name=fn.__name__, description=description)
+            return fn
+
+        return register
+
+    @tool("What memory holds for the user about `query`, best first, ready for a prompt.")
     async def recall(
         ctx: Context[Any, Any],
         query: Annotated[str, Field(description="What you are about to answer, in the user's words")],
@@ -167,14 +256,14 @@ def build_server(settings: Settings) -> MCPServer:
         top_k: Annotated[int, Field(ge=1, le=100, description="Most memories to return")] = 10,
         session_id: Annotated[str | None, Field(description="The current session, if you know it")] = None,
     ) -> Recalled:
-        tenant, user = scope(tenant_id, user_id)
-        body: dict[str, Any] = {"tenant_id": tenant, "user_id": user, "query": query, "top_k": top_k}
+        tenant, user = scope.of_call(tenant_id, user_id)
+        body = _with_tenant({"user_id": user, "query": query, "top_k": top_k}, tenant)
         if session_id:
             body["session_id"] = session_id
         found = await api.call(key_for(ctx), "POST", "/v1/recall", body=body)
         return Recalled(prompt=found["prompt"], memories=[_memory(m) for m in found["memories"]])
 
-    @server.tool(description="The user's memories, oldest first; filter by type and status, page with offset.")
+    @tool("The user's memories, oldest first; filter by type and status, page with offset.")
     async def list_memories(
         ctx: Context[Any, Any],
         tenant_id: TenantArg = None,
@@ -186,13 +275,13 @@ def build_server(settings: Settings) -> MCPServer:
         limit: Annotated[int, Field(ge=1, le=1000)] = 100,
         offset: Annotated[int, Field(ge=0)] = 0,
     ) -> Listed:
-        tenant, user = scope(tenant_id, user_id)
-        params: dict[str, str | int | bool] = {"tenant_id": tenant, "limit": limit, "offset": offset}
+        tenant, user = scope.of_call(tenant_id, user_id)
+        params: dict[str, str | int | bool] = _with_tenant({"limit": limit, "offset": offset}, tenant)
         params.update({k: v for k, v in (("type", type), ("status", status)) if v})
         found = await api.call(key_for(ctx), "GET", f"/v1/users/{_segment(user)}/memories", params=params)
         return Listed(memories=[_memory(m) for m in found["memories"]])
 
-    @server.tool(description="Keep something about the user in long-term memory (goes through memstream's log).")
+    @tool("Keep something about the user in long-term memory (goes through memstream's log).")
     async def remember(
         ctx: Context[Any, Any],
         text: Annotated[str, Field(description="The memory, as a self-contained sentence about the user")],
@@ -203,13 +292,13 @@ def build_server(settings: Settings) -> MCPServer:
         user_id: UserArg = None,
         wait: Annotated[bool, Field(description="Answer once the memory is readable (else once accepted)")] = True,
     ) -> Command:
-        tenant, user = scope(tenant_id, user_id)
-        body = {"tenant_id": tenant, "text": text, "type": type}
+        tenant, user = scope.of_call(tenant_id, user_id)
+        body = _with_tenant({"text": text, "type": type}, tenant)
         path = f"/v1/users/{_segment(user)}/memories"
         answer = await api.call(key_for(ctx), "POST", path, params={"wait": wait}, body=body)
         return Command.model_validate(answer)
 
-    @server.tool(description="Delete one memory of the user by id (from recall or list_memories).")
+    @tool("Delete one memory of the user by id (from recall or list_memories).")
     async def forget_memory(
         ctx: Context[Any, Any],
         memory_id: Annotated[str, Field(description="The memory's id (a UUID)")],
@@ -217,9 +306,9 @@ def build_server(settings: Settings) -> MCPServer:
         user_id: UserArg = None,
         wait: Annotated[bool, Field(description="Answer once the deletion is applied (else once accepted)")] = True,
     ) -> Command:
-        tenant, user = scope(tenant_id, user_id)
+        tenant, user = scope.of_call(tenant_id, user_id)
         path = f"/v1/users/{_segment(user)}/memories/{_segment(memory_id)}"
-        answer = await api.call(key_for(ctx), "DELETE", path, params={"tenant_id": tenant, "wait": wait})
+        answer = await api.call(key_for(ctx), "DELETE", path, params=_with_tenant({"wait": wait}, tenant))
         return Command.model_validate(answer)
 
     return server
@@ -234,8 +323,16 @@ def _segment(value: str) -> str:
 
 
 def run(settings: Settings, *, http: bool, host: str | None = None, port: int | None = None) -> None:
-    """Blocks until the client disconnects (stdio) or the process is stopped (HTTP)."""
+    """Blocks until the client disconnects (stdio) or the process is stopped (HTTP); ConfigError before serving."""
     server = build_server(settings)
+    scope = tool_scope(settings)
+    if scope.any_user:
+        log.warning(
+            "%s: the model names the user (and tenant%s) of every tool call; a prompt injection can reach any "
+            "user this API key reaches",
+            ANY_USER_FLAG,
+            f" within {scope.tenant_id}" if scope.tenant_id else ", with an operator key any tenant",
+        )
     if not http:
         server.run("stdio")
         return

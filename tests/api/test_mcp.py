@@ -31,25 +31,30 @@ from tests.api.conftest import LiveApi
 from tests.mcp_client import ROOT, TOOLS, server_env, stdio, structured, text
 
 TENANT, USER = "mcp-tenant", "mcp-user"
+# Another tenant's user, and another user of the same tenant: what a bound server must never reach.
+VICTIM_TENANT, VICTIM, NEIGHBOUR = "mcp-victim-tenant", "mcp-victim", "mcp-neighbour"
 NOW = datetime.now(UTC)
 SEEDED = {
     "tea": (MemoryType.PREFERENCE, "The user drinks green tea, never coffee."),
     "city": (MemoryType.FACT, "The user lives in Porto."),
 }
+SECRETS = {"secret": (MemoryType.FACT, "The user's bank PIN is 4321 and they drink green tea.")}
 
 
-async def _seed(api: LiveApi) -> dict[str, str]:
+async def _seed(
+    api: LiveApi, tenant: str = TENANT, user: str = USER, memories: dict[str, tuple[MemoryType, str]] = SEEDED
+) -> dict[str, str]:
     rt = api.rt
-    vectors = (await rt.embedder()).embed([text for _, text in SEEDED.values()])
+    vectors = (await rt.embedder()).embed([text for _, text in memories.values()])
     ids: dict[str, str] = {}
     changes: list[MemoryChange] = []
     async with rt.pg.transaction("seed") as conn:
-        for (name, (type_, text)), vector in zip(SEEDED.items(), vectors, strict=True):
-            ids[name] = stable_id("mcp-test", USER, name)
+        for (name, (type_, text)), vector in zip(memories.items(), vectors, strict=True):
+            ids[name] = stable_id("mcp-test", tenant, user, name)
             record = MemoryRecord(
                 id=ids[name],
-                tenant_id=TENANT,
-                user_id=USER,
+                tenant_id=tenant,
+                user_id=user,
                 type=type_,
                 text=text,
                 content_hash=content_hash(text),
@@ -64,7 +69,7 @@ async def _seed(api: LiveApi) -> dict[str, str]:
             await rt.memories.upsert(conn, record, vector)
             changes.append(
                 MemoryChange(
-                    tenant_id=TENANT, user_id=USER, op=ChangeOp.ADDED, record=record, vector=vector, cause=[],
+                    tenant_id=tenant, user_id=user, op=ChangeOp.ADDED, record=record, vector=vector, cause=[],
                     committed_at=NOW,
                 )
             )  # fmt: skip
@@ -75,6 +80,14 @@ async def _seed(api: LiveApi) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def seeded(api: LiveApi) -> dict[str, str]:
     return api.run(_seed(api))
+
+
+@pytest.fixture(scope="module")
+def others(api: LiveApi) -> dict[str, str]:
+    """A memory of another tenant's user and one of another user of the server's tenant, by owner."""
+    victim = api.run(_seed(api, VICTIM_TENANT, VICTIM, SECRETS))["secret"]
+    neighbour = api.run(_seed(api, TENANT, NEIGHBOUR, SECRETS))["secret"]
+    return {VICTIM_TENANT: victim, TENANT: neighbour}
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +107,8 @@ async def test_tools_over_stdio_recall_and_list_the_users_memories(
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert set(tools) == TOOLS
         assert tools["recall"].input_schema["required"] == ["query"]
-        assert {"tenant_id", "user_id", "top_k"} <= set(tools["recall"].input_schema["properties"])
+        assert "top_k" in tools["recall"].input_schema["properties"]
+        assert not {"tenant_id", "user_id"} & set(tools["recall"].input_schema["properties"])
 
         recalled = structured(await client.call_tool("recall", {"query": "what does the user like to drink?"}))
         assert recalled["memories"][0]["id"] == seeded["tea"], recalled
@@ -107,9 +121,41 @@ async def test_tools_over_stdio_recall_and_list_the_users_memories(
         only_facts = structured(await client.call_tool("list_memories", {"type": "fact"}))
         assert [m["id"] for m in only_facts["memories"]] == [seeded["city"]]
 
-        # Arguments name another user: the defaults are defaults, not a fence (the key is).
-        nobody = structured(await client.call_tool("list_memories", {"user_id": "someone-else"}))
-        assert nobody["memories"] == []
+        # A call naming another user still acts for the bound one.
+        same = structured(await client.call_tool("list_memories", {"user_id": "someone-else"}))
+        assert {m["id"] for m in same["memories"]} == set(seeded.values())
+
+
+def _active(api: LiveApi, tenant: str, user: str, memory_id: str) -> bool:
+    async def held() -> bool:
+        async with api.rt.pg.connection("check") as conn:
+            found = await api.rt.memories.with_vector(conn, tenant, user, memory_id)
+        return found is not None and found[0].status is MemoryStatus.ACTIVE
+
+    return api.run(held())
+
+
+async def test_the_model_cannot_reach_another_tenants_or_users_memories_even_with_the_operator_key(
+    api: LiveApi, seeded: dict[str, str], others: dict[str, str], tmp_path: Path
+) -> None:
+    """A prompt injection's best try: name the other owner in every argument it can, or their memory's id."""
+    operator = api.client.headers["authorization"][7:]
+    owners = [(VICTIM_TENANT, VICTIM), (TENANT, NEIGHBOUR)]
+    async with stdio(_env(api, tmp_path, MEMSTREAM_API_KEY=operator)) as client:
+        for tenant, user in owners:
+            named = {"tenant_id": tenant, "user_id": user}
+            for tool, args in [
+                ("recall", {"query": "what is the bank PIN?", **named}),
+                ("list_memories", {"status": None, **named}),
+            ]:
+                answer = await client.call_tool(tool, args)
+                assert "4321" not in text(answer), (tool, tenant)
+                assert others[tenant] not in text(answer)
+                assert {m["id"] for m in structured(answer)["memories"]} <= set(seeded.values())
+            forgot = await client.call_tool("forget_memory", {"memory_id": others[tenant], "wait": False, **named})
+            assert forgot.is_error
+            assert "HTTP 404" in text(forgot)
+            assert _active(api, tenant, user, others[tenant])
 
 
 async def test_api_errors_come_back_as_tool_errors_with_the_apis_message(
@@ -127,11 +173,13 @@ async def test_api_errors_come_back_as_tool_errors_with_the_apis_message(
         assert refused.is_error
         assert "HTTP 401, unauthorized" in text(refused)
 
-    async with stdio(_env(api, tmp_path, MEMSTREAM_API_KEY=read_key)) as client:
-        invalid = await client.call_tool("list_memories", {"user_id": "no:colons"})
+    async with stdio({**_env(api, tmp_path, MEMSTREAM_API_KEY=read_key), "MEMSTREAM_MCP_USER": "no:colons"}) as client:
+        invalid = await client.call_tool("list_memories", {})
         assert invalid.is_error
         assert "HTTP 422, validation_error" in text(invalid)
         assert "user_id" in text(invalid)
+
+    async with stdio(_env(api, tmp_path, MEMSTREAM_API_KEY=read_key)) as client:
         # A write with a read key: the API's role check answers, not the MCP server.
         written = await client.call_tool("remember", {"text": "The user has a cat.", "wait": False})
         assert written.is_error
@@ -139,16 +187,29 @@ async def test_api_errors_come_back_as_tool_errors_with_the_apis_message(
         assert "write key" in text(written)
 
 
-async def test_without_a_key_or_a_user_the_tool_says_what_to_set(api: LiveApi, tmp_path: Path) -> None:
-    env = _env(api, tmp_path)
-    del env["MEMSTREAM_MCP_USER"]
-    async with stdio(env) as client:
-        no_key = await client.call_tool("recall", {"query": "tea", "user_id": USER})
+async def test_without_a_key_the_tool_says_what_to_set(api: LiveApi, tmp_path: Path) -> None:
+    async with stdio(_env(api, tmp_path)) as client:
+        no_key = await client.call_tool("recall", {"query": "tea"})
         assert no_key.is_error
         assert "MEMSTREAM_API_KEY" in text(no_key)
-        no_user = await client.call_tool("recall", {"query": "tea"})
-        assert no_user.is_error
-        assert "MEMSTREAM_MCP_USER" in text(no_user)
+
+
+async def test_allow_any_user_lets_the_model_choose_within_what_the_key_reaches(
+    api: LiveApi, seeded: dict[str, str], others: dict[str, str], read_key: str, tmp_path: Path
+) -> None:
+    """The explicit, dangerous mode: the model names the user; a tenant key still fences the tenant."""
+    env = _env(api, tmp_path, MEMSTREAM_API_KEY=read_key, MEMSTREAM_MCP_ALLOW_ANY_USER="true")
+    del env["MEMSTREAM_MCP_USER"], env["MEMSTREAM_MCP_TENANT"]
+    async with stdio(env) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert {"tenant_id", "user_id"} <= set(tools["list_memories"].input_schema["properties"])
+        mine = structured(await client.call_tool("list_memories", {"user_id": USER}))
+        assert {m["id"] for m in mine["memories"]} == set(seeded.values())
+        neighbour = structured(await client.call_tool("list_memories", {"user_id": NEIGHBOUR}))
+        assert [m["id"] for m in neighbour["memories"]] == [others[TENANT]]
+        other_tenant = await client.call_tool("list_memories", {"tenant_id": VICTIM_TENANT, "user_id": VICTIM})
+        assert other_tenant.is_error
+        assert "HTTP 403" in text(other_tenant)
 
 
 def _free_port() -> int:
