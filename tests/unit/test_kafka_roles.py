@@ -1,0 +1,44 @@
+"""Roles in the gate's users file (ops/scram.py UserStore): stored with the user, and a default for older files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ops.kafka_acl import DEFAULT_ROLE, PRODUCER, SUBSCRIBER, WORKER
+from ops.scram import UserStore
+
+
+def test_a_user_keeps_the_role_it_was_given_and_loses_it_with_the_user(tmp_path: Path) -> None:
+    store = UserStore(tmp_path / "kafka-users.json")
+    store.put("chat", "pw", role=PRODUCER)
+    store.put("bot", "pw", role=SUBSCRIBER)
+    store.put("memstream", "pw")
+    fresh = UserStore(store.path)  # what the gate reads
+    assert (fresh.role("chat"), fresh.role("bot"), fresh.role("memstream")) == (PRODUCER, SUBSCRIBER, WORKER)
+    store.put("chat", "new-pw", role=SUBSCRIBER)
+    assert UserStore(store.path).effective_role("chat") == SUBSCRIBER
+    assert store.remove("chat")
+    assert "chat" not in json.loads(store.path.read_text())["roles"]
+    assert UserStore(store.path).role("bot") == SUBSCRIBER
+
+
+def test_a_user_stored_before_roles_existed_is_a_worker(tmp_path: Path) -> None:
+    store = UserStore(tmp_path / "kafka-users.json")
+    store.put("old", "pw")
+    data = json.loads(store.path.read_text())
+    del data["roles"]
+    store.path.write_text(json.dumps(data))
+    legacy = UserStore(store.path)
+    assert legacy.role("old") is None
+    assert legacy.effective_role("old") == DEFAULT_ROLE == WORKER
+    assert legacy.verify("old", "pw")
+
+
+def test_an_unknown_role_is_refused(tmp_path: Path) -> None:
+    store = UserStore(tmp_path / "kafka-users.json")
+    with pytest.raises(ValueError, match="role"):
+        store.put("chat", "pw", role="admin")
+    assert store.users() == {}
