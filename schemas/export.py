@@ -6,10 +6,11 @@ session summaries, and every memory in every status, so history and
 provenance travel with it), and any change to its meaning is a new version.
 
 Memory ids: the document shows each memory under the id it had when first
-exported. An imported memory keeps that id unless another tenant or user
-holds it (ids are global: the recall index needs unique point ids); then it
-gets one of its own and remembers the document's, so export → import →
-export gives back the same document, modulo the tenant and user and `exported_at`.
+exported. An imported memory never takes that id (ids are global: the recall
+index needs unique point ids, and a document may name another tenant's); it
+gets one derived from it under the importing user's key and remembers the
+document's, so export → import → export gives back the same document, modulo
+the tenant and user and `exported_at`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ service uses the same selection rules to answer 404 before producing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Set
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,6 +20,7 @@ from agents.rules.extract import entities as entities_in
 from schemas import ChangeOp, EmbeddedCandidate, MemoryCandidate, MemoryChange, MemoryRecord, MemoryStatus, Provenance
 from schemas.commands import MANUAL_SOURCE, AddMemory, CorrectMemory, ImportPart
 from schemas.export import ExportDocument, ExportedSession, ExportedTurn
+from services.archive.codec import DataKey
 from services.textutil import content_hash, content_words, normalize, stable_id
 
 EXTRACTOR = "manual"
@@ -193,50 +194,44 @@ def outcome(changes: Sequence[MemoryChange]) -> list[dict[str, Any]]:
 # --- import -------------------------------------------------------------------------
 
 
-def stored_id(doc_id: str, taken: Set[str], target: tuple[str, str]) -> str:
-    """The id a document's memory gets: its own, unless another tenant or user holds that id, then a new one.
+def imported_id(key: DataKey, doc_id: str) -> str:
+    """The id a document's memory gets in the importing user: derived from its document id under their key.
 
-    So a document restored into an installation that lost the user (or after
-    forgetting them) keeps every id, tombstones included, while a copy next
-    to its original gets ids of its own. Deterministic for a given state, so
-    a redelivered part writes the same rows.
+    Never the document's own id, whoever holds it: ids are global (the index's
+    point ids), so keeping them would let an importer write rows under ids of
+    another tenant's memories, or learn which ids exist by watching which ones
+    were kept. Derived, so importing the same document into the same user
+    again (a redelivered part, a retried import) writes the same rows; keyed,
+    so once the user is forgotten no id on memory.changes links back to the
+    document.
     """
-    return stable_id("import", *target, doc_id) if doc_id in taken else doc_id
-
-
-def referenced_ids(part: ImportPart) -> list[str]:
-    """Every memory id a part names (its records and their history links): what to look up as `taken`."""
-    ids = [r.id for r in part.memories] + [r.superseded_by for r in part.memories if r.superseded_by is not None]
-    return list(dict.fromkeys(ids))
+    return key.memory_id(stable_id("import", key.tenant_id, key.user_id, doc_id))
 
 
 @dataclass(frozen=True)
 class Imported:
     record: MemoryRecord
+    # The document's id, kept as the row's export id: exporting the copy gives the document's ids back.
     doc_id: str
     # The document's vector when the part's model is ours; None: embed the text.
     vector: list[float] | None
 
-    @property
-    def export_id(self) -> str | None:
-        return None if self.doc_id == self.record.id else self.doc_id
 
+def imported_memories(part: ImportPart, model: str, key: DataKey) -> list[Imported]:
+    """The part's memories under the command's tenant and user (`key` is that user's), ids and history links mapped.
 
-def imported_memories(part: ImportPart, model: str, taken: Set[str]) -> list[Imported]:
-    """The part's memories under the command's tenant and user, ids (and history links) mapped.
-
-    `taken`: those of the part's ids another tenant or user holds. Retired rows
-    first: a new version never meets its predecessor's active row in the
-    unique active-fact index.
+    Retired rows first: a new version never meets its predecessor's active
+    row in the unique active-fact index.
     """
-    target = (part.tenant_id, part.user_id)
+    if key.owner != (part.tenant_id, part.user_id):
+        raise ValueError("an import's ids are derived under the importing user's own key")
     keep_vectors = part.embedding_model == model
     out: list[Imported] = []
     for r in part.memories:
-        by = None if r.superseded_by is None else stored_id(r.superseded_by, taken, target)
+        by = None if r.superseded_by is None else imported_id(key, r.superseded_by)
         record = r.model_copy(
             update={
-                "id": stored_id(r.id, taken, target),
+                "id": imported_id(key, r.id),
                 "tenant_id": part.tenant_id,
                 "user_id": part.user_id,
                 "superseded_by": by,

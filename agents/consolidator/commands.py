@@ -237,7 +237,7 @@ async def _apply_one(
         await rt.outbox.add(conn, await applied.outbox([gone], cmd.command_id))
         return
     elif isinstance(cmd, ImportPart):
-        changes = await _import(conn, cmd, vectors, model, now)
+        changes = await _import(rt, conn, cmd, vectors, model, now)
     await _store.record_outcome(conn, cmd.tenant_id, cmd.user_id, cmd.command_id, plan.outcome(changes))
     await rt.outbox.add(conn, await applied.outbox(changes, cmd.command_id))
 
@@ -280,11 +280,12 @@ async def _delete(
 
 
 async def _import(
-    conn: Conn, cmd: ImportPart, vectors: dict[str, list[float]], model: str, now: datetime
+    rt: Runtime, conn: Conn, cmd: ImportPart, vectors: dict[str, list[float]], model: str, now: datetime
 ) -> list[MemoryChange]:
-    taken = await _store.taken(conn, cmd.tenant_id, cmd.user_id, plan.referenced_ids(cmd))
-    memories = plan.imported_memories(cmd, model, taken)
-    rows = [(i.record, i.vector if i.vector is not None else vectors[i.record.text], i.export_id) for i in memories]
+    owner = (cmd.tenant_id, cmd.user_id)
+    key = (await rt.keys.for_writing(conn, [owner]))[owner]
+    memories = plan.imported_memories(cmd, model, key)
+    rows = [(i.record, i.vector if i.vector is not None else vectors[i.record.text], i.doc_id) for i in memories]
     await write_memories(conn, rows)
     await write_turns(conn, plan.imported_turns(cmd))
     await write_sessions(conn, cmd.tenant_id, cmd.user_id, plan.imported_sessions(cmd))

@@ -321,9 +321,10 @@ def memory_router(rt: Runtime) -> APIRouter:
         response_model=CommandReceipt,
         summary="Load an export document into a user who holds no data (another tenant, user or installation)",
         description="Everything in the document is written as it is (timestamps, versions, history, provenance), "
-        "under this tenant and user. A memory keeps the document's id unless another tenant or user holds it; "
-        "then it gets an id of its own and remembers the document's, so exporting it again gives the same "
-        "document. Vectors are used when they come from the same model, else the texts are re-embedded.",
+        "under this tenant and user. Each memory gets an id of its own, derived from the document's id under "
+        "this user's key (never the document's id itself: ids are global), and remembers the document's, so "
+        "exporting it again gives the same document and importing the same document again writes the same rows. "
+        "Vectors are used when they come from the same model, else the texts are re-embedded.",
         responses={**_ACCEPTED, **errors.responses(409)},
     )
     async def import_document(

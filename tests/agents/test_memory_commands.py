@@ -315,7 +315,7 @@ async def test_export_import_export_round_trips_into_another_tenant_and_user_and
         if parts[0].import_id in c["cause"]
     )
 
-    # Home again: forget the user, import their own document, and every id is what it was.
+    # Home again: forget the user, import their own document: the export is the document again.
     await h.feed(
         [raw(ForgetUser.model_validate(envelope("9")))], lambda: any(c["op"] == "forgotten" for c in published(h))
     )
@@ -325,7 +325,8 @@ async def test_export_import_export_round_trips_into_another_tenant_and_user_and
     async with rt.pg.connection("export") as conn:
         back = await export_user(conn, "t", "u", exported_at=NOW, embedding_model="all-MiniLM-L6-v2")
     assert back == source
-    assert set(await rows(h, "u")) == {m.id for m in source.memories}
+    # Even at home the rows get ids of their own: a document's ids are never written as they are.
+    assert not set(await rows(h, "u")) & {m.id for m in source.memories}
 
     # The copy's own export names the original's ids, which the original holds again: a third user gets new ones.
     third = plan.import_parts(copy, "t2", "w", stable_id("import-3"), NOW, 900 * 1024)
@@ -334,4 +335,52 @@ async def test_export_import_export_round_trips_into_another_tenant_and_user_and
         again = await export_user(conn, "t2", "w", exported_at=NOW, embedding_model="all-MiniLM-L6-v2")
     assert normalized(again) == normalized(source)
     assert not set(await rows(h, "w")) & ({m.id for m in source.memories} | set(stored))
+    assert h.sink("dlq").sent == []
+
+
+async def _memories(h: Harness, tenant: str, user: str) -> dict[str, MemoryRecord]:
+    async with h.runtime.pg.connection("test") as conn:
+        cur = await conn.execute(
+            f"SELECT {RECORD_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s", (tenant, user)
+        )
+        return {r.id: r for r in map(record_from_row, await cur.fetchall())}
+
+
+async def test_an_import_never_writes_under_the_documents_ids_and_repeats_to_the_same_rows(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    """Another tenant's admin imports a document naming tenant t's ids: those t holds, and one t has yet to use."""
+    h = harness(commands, "commands")
+    rt = h.runtime
+    tea = add("1", "I love green tea")
+    fact = add("2", "Lives in Berlin", type="fact", category="location", key_name="city", value="Berlin")
+    await h.feed([raw(tea), raw(fact)], caused_by(h, fact.command_id))
+    async with rt.pg.connection("export") as conn:
+        source = await export_user(conn, "t", "u", exported_at=NOW, embedding_model=None)
+    victim = await _memories(h, "t", "u")
+    later = add("3", "I collect stamps")  # t's next memory: its id is named before t writes it
+    unkeyed = next(m for m in source.memories if m.key_name is None)
+    squat = unkeyed.model_copy(update={"id": later.memory_id, "text": "planted by another tenant"})
+    doc = source.model_copy(update={"tenant_id": "t-evil", "memories": [*source.memories, squat]})
+    doc_ids = {m.id for m in doc.memories}
+
+    first = plan.import_parts(doc, "t-evil", "x", stable_id("import-a"), NOW, 900 * 1024)
+    await h.feed([raw(p) for p in first], caused_by(h, first[-1].command_id))
+    imported = await _memories(h, "t-evil", "x")
+    assert len(imported) == len(doc.memories)
+    assert not set(imported) & doc_ids
+    assert await _memories(h, "t", "u") == victim
+    published_ids = {c["record"]["id"] for c in await h.changes() if first[0].import_id in c["cause"]}
+    assert published_ids == set(imported)
+
+    # t's own add gets the id that was named, and the importer's rows stay theirs.
+    await h.feed([raw(later)], caused_by(h, later.command_id))
+    mine = await _memories(h, "t", "u")
+    assert mine[later.memory_id].text == "I collect stamps"
+    assert await _memories(h, "t-evil", "x") == imported
+
+    # The same document imported again (a retried import: another import id) writes the same rows.
+    again = plan.import_parts(doc, "t-evil", "x", stable_id("import-b"), NOW, 900 * 1024)
+    await h.feed([raw(p) for p in again], caused_by(h, again[-1].command_id))
+    assert set(await _memories(h, "t-evil", "x")) == set(imported)
     assert h.sink("dlq").sent == []

@@ -25,6 +25,7 @@ from schemas.commands import (
     command_adapter,
 )
 from schemas.export import ExportDocument, ExportedSession, ExportedTurn
+from services.archive.codec import new_data_key
 from services.textutil import content_hash, stable_id
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
@@ -251,40 +252,38 @@ def part_of(doc: ExportDocument, tenant: str, user: str) -> ImportPart:
     return part
 
 
-def test_an_import_beside_its_original_maps_every_id_and_history_link_and_keeps_the_documents_ids() -> None:
+def test_an_import_maps_every_id_and_history_link_under_the_importing_users_key() -> None:
     doc = document()
     part = part_of(doc, "t2", "v")
     old, new = doc.memories[1], doc.memories[0]
-    assert plan.referenced_ids(part) == [new.id, old.id]  # superseded_by names `new` again: once
-    taken = {old.id, new.id}  # the original user still holds them
-    got = plan.imported_memories(part, "model-x", taken)
+    key = new_data_key("t2", "v")
+    got = plan.imported_memories(part, "model-x", key)
     assert [i.doc_id for i in got] == [old.id, new.id]  # retired rows first
     assert all(i.record.tenant_id == "t2" and i.record.user_id == "v" for i in got)
     mapped = {i.doc_id: i.record.id for i in got}
-    assert mapped == {d: stable_id("import", "t2", "v", d) for d in (old.id, new.id)}
+    assert mapped == {d: key.memory_id(stable_id("import", "t2", "v", d)) for d in (old.id, new.id)}
     assert got[0].record.superseded_by == mapped[new.id]
-    assert [i.export_id for i in got] == [old.id, new.id]
     assert [i.vector for i in got] == [[0.0, 1.0], [1.0, 0.0]]
     # Another model's vectors are not ours: the texts get embedded again.
-    assert [i.vector for i in plan.imported_memories(part, "model-y", taken)] == [None, None]
+    assert [i.vector for i in plan.imported_memories(part, "model-y", key)] == [None, None]
     (turn,) = plan.imported_turns(part)
     (session,) = plan.imported_sessions(part)
     assert (turn.tenant_id, turn.user_id, turn.content) == ("t2", "v", "I moved to Munich")
     assert (session.window_turns[0].tenant_id, session.window_turns[0].user_id) == ("t2", "v")
 
 
-def test_ids_no_one_else_holds_are_kept_one_by_one() -> None:
+def test_no_imported_id_is_the_documents_own_and_the_same_user_always_gets_the_same_ids() -> None:
+    """Even restoring a user's own document: a document's ids are never written, whoever holds them."""
     doc = document()
-    old, new = doc.memories[1], doc.memories[0]
-    restored = plan.imported_memories(part_of(doc, "t", "u"), "model-x", set())
-    assert all(i.record.id == i.doc_id and i.export_id is None for i in restored)
-    # Only the retired row's id is held elsewhere: it alone moves, and the link to the kept one stays.
-    mixed = plan.imported_memories(part_of(doc, "t2", "v"), "model-x", {old.id})
-    assert [(i.record.id, i.export_id) for i in mixed] == [
-        (stable_id("import", "t2", "v", old.id), old.id),
-        (new.id, None),
-    ]
-    assert mixed[0].record.superseded_by == new.id
+    key = new_data_key("t", "u")
+    home = plan.imported_memories(part_of(doc, "t", "u"), "model-x", key)
+    assert not {i.record.id for i in home} & {m.id for m in doc.memories}
+    again = plan.imported_memories(part_of(doc, "t", "u"), "model-x", key)
+    assert [i.record for i in again] == [i.record for i in home]
+    elsewhere = plan.imported_memories(part_of(doc, "t2", "u"), "model-x", new_data_key("t2", "u"))
+    assert not {i.record.id for i in elsewhere} & {i.record.id for i in home}
+    with pytest.raises(ValueError, match="own key"):
+        plan.imported_memories(part_of(doc, "t2", "v"), "model-x", key)
 
 
 def test_a_large_document_splits_into_parts_under_the_message_limit_in_order() -> None:

@@ -122,13 +122,3 @@ class CommandStore:
             (tenant_id, user_id, session_id, session_id),
         )
         return [record_from_row(r) for r in await cur.fetchall()]
-
-    async def taken(self, conn: Conn, tenant_id: str, user_id: str, ids: Sequence[str]) -> set[str]:
-        """Which of these memory ids another tenant or user holds (ids are global): an import must not reuse them."""
-        if not ids:
-            return set()
-        cur = await conn.execute(
-            "SELECT id FROM memories WHERE id = ANY(%s) AND (tenant_id <> %s OR user_id <> %s)",
-            (list(ids), tenant_id, user_id),
-        )
-        return {r["id"] for r in await cur.fetchall()}
