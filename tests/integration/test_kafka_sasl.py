@@ -1,15 +1,18 @@
-"""Kafka authentication against the embedded broker: tansu behind the SCRAM gate, as `memstream up` runs them.
+"""Kafka authentication and roles against the embedded broker: tansu behind the SCRAM gate, as `memstream up` runs them.
 
 Every client here is built from Settings by services/kafka_auth.py, the way
 memstream builds its own; a client without credentials, or with wrong ones,
-is refused. The first test records why the gate exists at all: tansu's own
-`--authentication` cannot hold a user with the storage the bundled binary has.
+is refused, and an authenticated one reaches only what its role allows
+(aiokafka and librdkafka, each with the errors it expects). The first test
+records why the gate exists at all: tansu's own `--authentication` cannot
+hold a user with the storage the bundled binary has.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import struct
 import subprocess
@@ -22,8 +25,9 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError
+from aiokafka.errors import GroupAuthorizationFailedError, KafkaError, TopicAuthorizationFailedError
 from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaError as KafkaError_
 from confluent_kafka import TopicPartition as CkTopicPartition
 
 from ops.embedded import (
@@ -37,9 +41,11 @@ from ops.embedded import (
     register_kafka_user,
     wait_until,
 )
+from ops.kafka_gate import Gate, _address, _pump
 from ops.scram import UserStore
 from services.config import Settings
 from services.kafka_auth import aiokafka_kwargs, confluent_config
+from services.topics import CHANGES, COMMANDS, TURNS
 from tests.stack import run_cli
 
 PASSWORD = "correct-horse-battery"
@@ -50,6 +56,7 @@ class Gated:
     settings: Settings
     bootstrap: str
     log_dir: Path
+    private: str  # tansu's own address, behind the gate
 
     def as_user(self, username: str, password: str, mechanism: str = "SCRAM-SHA-512") -> Settings:
         return Settings(
@@ -91,7 +98,7 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gated]:
     with running(broker, gate):
         wait_until(lambda: _tcp_open("127.0.0.1", int(private.rsplit(":", 1)[1])), 30, "tansu")
         wait_until(lambda: _tcp_open("127.0.0.1", int(bootstrap.rsplit(":", 1)[1])), 30, "gate")
-        yield Gated(settings, bootstrap, data / "logs")
+        yield Gated(settings, bootstrap, data / "logs", private)
 
 
 @pytest.fixture
@@ -244,15 +251,15 @@ def _cli(gated: Gated, *args: str, stdin: str = "") -> subprocess.CompletedProce
 async def test_memstream_kafka_users_add_lets_a_chat_service_in_and_remove_shuts_it_out(
     gated: Gated, topic: str
 ) -> None:
-    added = _cli(gated, "add", "support-bot", "--password-stdin", stdin="bot-password\n")
+    added = _cli(gated, "add", "support-bot", "--role", "worker", "--password-stdin", stdin="bot-password\n")
     assert added.returncode == 0, added.stderr
     assert "bot-password" not in added.stdout
     listed = _cli(gated, "list")
-    assert "support-bot\tSCRAM-SHA-256, SCRAM-SHA-512" in listed.stdout
+    assert "support-bot\tworker\tSCRAM-SHA-256, SCRAM-SHA-512" in listed.stdout
     bot = gated.as_user("support-bot", "bot-password", "SCRAM-SHA-256")
     assert b"hello from the bot" in await produce_and_read_back(bot, topic, b"hello from the bot")
 
-    generated = _cli(gated, "add", "other-bot")
+    generated = _cli(gated, "add", "other-bot", "--role", "subscriber")
     assert generated.returncode == 0, generated.stderr
     password = generated.stdout.rsplit(": ", 1)[1].strip()
     assert await aiokafka_connects(gated.bootstrap, gated.as_user("other-bot", password))
@@ -282,3 +289,269 @@ async def test_malformed_requests_before_authentication_close_only_their_connect
     assert reader.at_eof()
     writer.close()
     assert await aiokafka_connects(gated.bootstrap, gated.settings)
+
+
+# --- roles: each credential reaches only its scope ---
+
+ROLE_PASSWORD = "role-password"
+
+
+@dataclass
+class Roles:
+    worker: Settings
+    producer: Settings
+    subscriber: Settings
+
+
+@pytest.fixture(scope="module")
+async def roles(gated: Gated) -> Roles:
+    """The topics a chat service and a subscriber meet, and one user of each role (the worker is memstream's)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=gated.bootstrap, **aiokafka_kwargs(gated.settings))
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, 2, 1) for name in (TURNS, COMMANDS, CHANGES)])
+    finally:
+        await admin.close()
+    users = UserStore(kafka_users_path(gated.settings))
+    users.put("chat", ROLE_PASSWORD, role="producer")
+    users.put("reader", ROLE_PASSWORD, role="subscriber")
+    return Roles(gated.settings, gated.as_user("chat", ROLE_PASSWORD), gated.as_user("reader", ROLE_PASSWORD))
+
+
+async def end_offsets(settings: Settings, topic: str) -> dict[TopicPartition, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, **aiokafka_kwargs(settings))
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        found: dict[TopicPartition, int] = await consumer.end_offsets(partitions)
+        return found
+    finally:
+        await consumer.stop()
+
+
+async def read_from(settings: Settings, topic: str, partition: int = 0) -> list[bytes]:
+    """Fetch from offset 0 without a group (no coordinator, no ListOffsets): only Fetch is asked."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, **aiokafka_kwargs(settings))
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        batch = await consumer.getmany(tp, timeout_ms=5_000)
+        return [m.value for msgs in batch.values() for m in msgs if m.value is not None]
+    finally:
+        await consumer.stop()
+
+
+async def test_a_producer_writes_chat_turns_but_cannot_forge_a_command(roles: Roles) -> None:
+    before = await end_offsets(roles.worker, COMMANDS)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=roles.producer.kafka_bootstrap, enable_idempotence=True, **aiokafka_kwargs(roles.producer)
+    )
+    await producer.start()
+    try:
+        sent = await producer.send_and_wait(TURNS, b'{"turn": 1}', key=b"acme:ann", partition=0)
+        with pytest.raises(TopicAuthorizationFailedError):
+            await producer.send_and_wait(COMMANDS, b'{"type": "forgotten"}', key=b"acme:ann", partition=0)
+        # The connection survives the refusal: the next allowed record goes through it.
+        assert (await producer.send_and_wait(TURNS, b'{"turn": 2}', partition=0)).offset == sent.offset + 1
+    finally:
+        await producer.stop()
+    assert await end_offsets(roles.worker, COMMANDS) == before
+    assert b'{"turn": 1}' in await read_from(roles.worker, TURNS)
+
+
+def test_a_librdkafka_producer_gets_topic_authorization_failed_for_any_topic_but_chat_turns(roles: Roles) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": roles.producer.kafka_bootstrap,
+            "enable.idempotence": True,
+            **confluent_config(roles.producer),
+        }
+    )
+    outcomes: dict[str, object] = {}
+
+    def report(error: object, message: object) -> None:
+        outcomes[message.topic()] = error  # type: ignore[attr-defined]
+
+    producer.produce(TURNS, b"allowed", key=b"acme:ann", on_delivery=report)
+    producer.produce(COMMANDS, b"forged", key=b"acme:ann", on_delivery=report)
+    assert producer.flush(20) == 0
+    assert outcomes[TURNS] is None
+    assert outcomes[COMMANDS].code() == KafkaError_.TOPIC_AUTHORIZATION_FAILED  # type: ignore[attr-defined]
+
+
+async def test_a_producer_cannot_read_any_topic_nor_create_one(roles: Roles) -> None:
+    with pytest.raises(TopicAuthorizationFailedError):
+        await read_from(roles.producer, CHANGES)
+    admin = AIOKafkaAdminClient(bootstrap_servers=roles.producer.kafka_bootstrap, **aiokafka_kwargs(roles.producer))
+    await admin.start()
+    try:
+        response = await admin.create_topics([NewTopic("made-by-a-producer", 1, 1)])
+        assert [(t[0], t[1]) for t in response.topic_errors] == [("made-by-a-producer", 29)]
+    finally:
+        await admin.close()
+    assert "made-by-a-producer" not in await _topic_names(roles.worker)
+
+
+async def _topic_names(settings: Settings) -> set[str]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, **aiokafka_kwargs(settings))
+    await consumer.start()
+    try:
+        return set(await consumer.topics())
+    finally:
+        await consumer.stop()
+
+
+async def test_a_subscriber_follows_memory_changes_in_its_own_group(roles: Roles) -> None:
+    change = f"change {uuid.uuid4().hex}".encode()
+    assert change in await produce_and_read_back(roles.worker, CHANGES, change)
+    consumer = AIOKafkaConsumer(
+        CHANGES,
+        bootstrap_servers=roles.subscriber.kafka_bootstrap,
+        group_id=f"reader.{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        **aiokafka_kwargs(roles.subscriber),
+    )
+    await consumer.start()
+    try:
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while change not in seen and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=1000)
+            seen += [m.value for msgs in batch.values() for m in msgs if m.value is not None]
+        assert change in seen
+        await consumer.commit()  # OffsetCommit on its own group
+    finally:
+        await consumer.stop()
+
+
+async def test_a_subscriber_cannot_write_read_other_topics_or_join_the_pipelines_groups(roles: Roles) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=roles.subscriber.kafka_bootstrap, **aiokafka_kwargs(roles.subscriber))
+    await producer.start()
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            await producer.send_and_wait(TURNS, b"not a producer", partition=0)
+    finally:
+        await producer.stop()
+    with pytest.raises(TopicAuthorizationFailedError):
+        await read_from(roles.subscriber, TURNS)
+    consumer = AIOKafkaConsumer(
+        CHANGES,
+        bootstrap_servers=roles.subscriber.kafka_bootstrap,
+        group_id="memstream-qdrant_sink",
+        **aiokafka_kwargs(roles.subscriber),
+    )
+    await consumer.start()
+    try:
+        with pytest.raises(GroupAuthorizationFailedError):
+            await consumer.getmany(timeout_ms=10_000)
+    finally:
+        await consumer.stop()
+
+
+def test_a_librdkafka_subscriber_consumes_memory_changes_in_a_group_and_is_refused_chat_turns(
+    roles: Roles, gated: Gated
+) -> None:
+    change = f"change {uuid.uuid4().hex}".encode()
+    writer = Producer({"bootstrap.servers": gated.bootstrap, **confluent_config(roles.worker)})
+    writer.produce(CHANGES, change, key=b"acme:ann")
+    assert writer.flush(15) == 0
+    auth = confluent_config(roles.subscriber)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": gated.bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            **auth,
+        }
+    )
+    try:
+        consumer.subscribe([CHANGES])
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while change not in seen and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                seen.append(message.value() or b"")
+        assert change in seen
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    reader = Consumer({"bootstrap.servers": gated.bootstrap, "group.id": "reader", **auth})
+    try:
+        reader.assign([CkTopicPartition(TURNS, 0, 0)])
+        error = None
+        deadline = time.monotonic() + 15
+        while error is None and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is not None:
+                error = message.error()
+        assert error is not None
+        assert error.code() == KafkaError_.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        reader.close()
+
+
+def test_kafka_users_list_shows_roles_and_warns_of_a_user_without_one(gated: Gated, roles: Roles) -> None:
+    path = kafka_users_path(gated.settings)
+    UserStore(path).put("legacy", "pw")
+    data = json.loads(path.read_text())
+    del data["roles"]["legacy"]
+    path.write_text(json.dumps(data))
+    listed = _cli(gated, "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "chat\tproducer\t" in listed.stdout
+    assert "reader\tsubscriber\t" in listed.stdout
+    assert "legacy\tworker (no role stored" in listed.stdout
+    assert "'legacy' has no role" in listed.stderr
+    refused = _cli(gated, "add", "x", "--role", "admin")
+    assert refused.returncode != 0
+    assert "invalid choice" in refused.stderr
+
+
+# --- before authentication: a deadline, and no broker connection ---
+
+
+async def test_an_unauthenticated_client_never_reaches_the_broker_and_is_closed_at_the_deadline(gated: Gated) -> None:
+    """An in-process gate in front of a counting relay to tansu: only its own ApiVersions fetch and logins connect."""
+    accepted = 0
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        up_reader, up_writer = await asyncio.open_connection(*_address(gated.private))
+        await _pump(reader, writer, up_reader, up_writer)
+
+    counting = await asyncio.start_server(relay, "127.0.0.1", 0)
+    gate = Gate(counting.sockets[0].getsockname()[:2], UserStore(kafka_users_path(gated.settings)), auth_deadline=1.5)
+    await asyncio.wait_for(gate.load_api_versions(), 10)
+    assert accepted == 1  # the one ApiVersions fetch at start-up
+    server = await asyncio.start_server(gate.handle, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    bootstrap = f"{host}:{port}"
+    try:
+        silent_reader, silent_writer = await asyncio.open_connection(host, int(port))
+        started = time.monotonic()
+        # A client that asks ApiVersions is answered (from the gate's copy), then held to the same deadline.
+        asking_reader, asking_writer = await asyncio.open_connection(host, int(port))
+        request = struct.pack(">hhih", 18, 0, 5, -1)
+        asking_writer.write(struct.pack(">i", len(request)) + request)
+        size = struct.unpack(">i", await asking_reader.readexactly(4))[0]
+        answer = await asking_reader.readexactly(size)
+        assert struct.unpack(">ih", answer[:6]) == (5, 0)
+        assert not await aiokafka_connects(bootstrap)  # no credentials
+        assert not await aiokafka_connects(bootstrap, gated.as_user("memstream", "wrong"))
+        assert await asyncio.wait_for(silent_reader.read(), 10) == b""
+        assert await asyncio.wait_for(asking_reader.read(), 10) == b""
+        elapsed = time.monotonic() - started
+        assert 1.4 <= elapsed < 6, elapsed
+        assert accepted == 1, "a client that never authenticated made the gate connect to the broker"
+        assert await aiokafka_connects(bootstrap, gated.settings)
+        assert accepted > 1  # an authenticated client does reach it: the count is live
+        for w in (silent_writer, asking_writer):
+            w.close()
+    finally:
+        server.close()
+        counting.close()
