@@ -181,6 +181,7 @@ class Request:
     transactional_id: str | None = None
     acks: int = -1
     coordinator_key_type: int = 0
+    auto_create_at: int | None = None  # Metadata v4+: where allow_auto_topic_creation is in the frame
 
 
 def parse_header(frame: bytes) -> tuple[int, int, int, Reader]:
@@ -248,6 +249,9 @@ def _metadata(r: Reader, v: int, req: dict[str, object]) -> None:
         topics.append((name or "", []))
         r.tags()
     req["topics"] = topics
+    if v >= 4:
+        req["auto_create_at"] = r.pos
+        r.int8()
 
 
 def _offset_commit(r: Reader, v: int, req: dict[str, object]) -> None:
@@ -415,6 +419,14 @@ def decide(role: str, user: str, req: Request) -> Verdict:
     if req.api_key == FETCH:
         return Verdict(reply=fetch_refusal(req))
     return Verdict(close=f"{what} is not allowed")
+
+
+def without_auto_create(frame: bytes, req: Request) -> bytes:
+    """The Metadata request with allow_auto_topic_creation off: only a worker may create topics, by any means."""
+    at = req.auto_create_at
+    if req.api_key != METADATA or at is None or frame[at] == 0:
+        return frame
+    return frame[:at] + b"\x00" + frame[at + 1 :]
 
 
 def _topic_refusal(req: Request) -> Verdict:

@@ -47,6 +47,7 @@ from ops.kafka_acl import (
     parse_api_versions,
     parse_header,
     parse_request,
+    without_auto_create,
 )
 from ops.scram import MECHANISMS, AuthFailed, ScramServer, UserStore
 from services.config import Settings
@@ -257,7 +258,7 @@ class Gate:
                 elif verdict.forward:
                     if verdict.answered:
                         await answers.put(None)
-                    write_frame(up_writer, frame)
+                    write_frame(up_writer, without_auto_create(frame, request))
                     await up_writer.drain()
                 elif verdict.reply is not None:
                     log.warning("refused %s %r: request %d for %s", role, user, request.api_key, request.topics)

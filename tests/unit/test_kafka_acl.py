@@ -54,6 +54,7 @@ from ops.kafka_acl import (
     parse_api_versions,
     parse_request,
     produce_refusal,
+    without_auto_create,
 )
 
 TOPICS = ["memory.commands", "chat.turns"]
@@ -496,3 +497,30 @@ def test_api_versions_are_the_brokers_capped_where_the_gate_reads_requests() -> 
     assert [a[:3] for a in listed] == [(0, 0, 12), (1, 4, 12), (21, 0, 2)]
     too_new = _decode(admin.ApiVersionResponse_v0, api_versions_response(42, 4, apis))
     assert too_new.error_code == 35  # UNSUPPORTED_VERSION: the client retries with v0-v3
+
+
+@pytest.mark.parametrize(("version", "flexible"), [(4, False), (5, False), (12, True)])
+def test_a_restricted_roles_metadata_request_cannot_create_topics(version: int, flexible: bool) -> None:
+    schema = (
+        metadata.MetadataRequest_v5.SCHEMA
+        if not flexible
+        else Schema(
+            ("topics", _c(("topic_id", Schema(("hi", Int64), ("lo", Int64))), ("name", _S))),
+            ("allow_auto_topic_creation", Boolean),
+            ("include_topic_authorized_operations", Boolean),
+            ("tags", Tags),
+        )
+    )
+    values = list(_fill(schema, "", ""))
+    values[1] = True
+    header: bytes = RequestHeader_v1.SCHEMA.encode([3, version, 42, "test-client"])
+    frame = header + (Tags.encode(None) if flexible else b"") + schema.encode(values)
+    req = parse_request(frame)
+    assert req.auto_create_at is not None
+    assert frame[req.auto_create_at] == 1
+    patched = without_auto_create(frame, req)
+    assert len(patched) == len(frame)
+    again = parse_request(patched)
+    assert again.auto_create_at is not None
+    assert patched[again.auto_create_at] == 0
+    assert again.topics == req.topics
