@@ -18,6 +18,12 @@ Roles:
 - worker: everything (the pipeline creates and deletes topics, writes every
   topic, reads every topic, runs groups); the gate then only authenticates.
 
+Metadata is answered for every role and every topic (names and partition
+layout are no one's data; topics.yaml publishes them), so a client learns
+of a refusal from the request that would touch data, with the error its
+library expects there; a producer's or subscriber's Metadata request is
+forwarded with topic auto-creation off.
+
 A refusal answers what a Kafka client expects where the layout is simple
 enough to build for every version (Produce, Fetch: TOPIC_AUTHORIZATION_FAILED
 on every partition of the request; FindCoordinator:
