@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 
 from agents.consolidator import importance as imp
-from agents.consolidator.decide import Action, Decision, Neighbours, decide
+from agents.consolidator.decide import RESTATED, Action, Decision, Neighbours, decide
 from agents.consolidator.llm import Verdict
 from agents.consolidator.merge import (
     MERGE_TYPES,
@@ -23,7 +23,7 @@ from schemas import ChangeOp, EmbeddedCandidate, MemoryChange, MemoryRecord, Mem
 from services.llm import Action as LlmAction
 from services.stores.postgres import Conn, MemoryWriter
 from services.stores.postgres.memory_writes import Probe
-from services.textutil import content_hash
+from services.textutil import content_hash, stable_id
 
 REINFORCE_BOOST = 0.05
 MAX_SOURCES = 50
@@ -85,14 +85,23 @@ def reinforced(target: MemoryRecord, item: EmbeddedCandidate, now: datetime) -> 
     one observed before the record moves it back (decide.in_time makes sure
     no other version of a keyed fact lies between). The latest statement's
     time goes out as the change's `turn_ts`; the record keeps the earliest.
+    A keyed fact also notes the other statement's time in its provenance
+    (a `restated` entry): a different value observed between the two, arriving
+    later, splits the version there (decide.in_time).
     """
     c = item.candidate
+    noted: list[dict[str, Any]] = []
+    if target.type is MemoryType.FACT and target.category and target.key_name:
+        later, events = (
+            (c.observed_at, c.source.event_ids) if c.observed_at >= target.observed_at else (target.observed_at, [])
+        )
+        noted = [{"source": RESTATED, "at": later.isoformat(), "event_ids": list(events)}]
     source = Provenance(
         session_id=target.source.session_id,
         event_ids=[*target.source.event_ids, *(e for e in c.source.event_ids if e not in target.source.event_ids)][
             -MAX_SOURCES:
         ],
-        metadata=recent_metadata([*target.source.metadata, *c.source.metadata]),
+        metadata=recent_metadata([*target.source.metadata, *c.source.metadata, *noted]),
     )
     return target.model_copy(
         update={
@@ -432,13 +441,21 @@ async def apply_candidate(
 
 
 async def _cut(
-    pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate, decision: Decision, now: datetime, ctx: BatchContext | None
+    pg: MemoryWriter,
+    conn: Conn,
+    item: EmbeddedCandidate,
+    decision: Decision,
+    now: datetime,
+    ctx: BatchContext | None,
+    *,
+    status: MemoryStatus | None = None,
 ) -> list[MemoryChange]:
     """The version before the candidate's time now ends at its observation, followed by the decision's record."""
     if decision.cut is None:
         return []
     cut = decision.cut.model_copy(
         update={
+            "status": status or decision.cut.status,
             "superseded_at": item.candidate.observed_at,
             "superseded_by": decision.record_id,
             "updated_at": now,
@@ -451,23 +468,71 @@ async def _cut(
     return [_change(cut, _retired_op(cut), item, now, reason=decision.reason)]
 
 
+def resumed(version: MemoryRecord, at: datetime, now: datetime) -> MemoryRecord:
+    """The part of a keyed fact's version from its restatement at `at` on: a version of its own, which ends
+    where the whole did; its provenance is the restatements from `at` on."""
+    entries = [e for e in version.source.metadata if e.get("source") == RESTATED]
+    kept = [e for e in entries if datetime.fromisoformat(str(e["at"])) >= at]
+    events = list(dict.fromkeys(str(i) for e in kept for i in e.get("event_ids", [])))
+    return version.model_copy(
+        update={
+            "id": stable_id(version.id, "resumed", at.isoformat()),
+            "observed_at": at,
+            "created_at": now,
+            "updated_at": now,
+            "version": 1,
+            "reinforcement_count": max(0, len(kept) - 1),
+            "source": Provenance(
+                session_id=version.source.session_id,
+                event_ids=events,
+                metadata=[e for e in kept if datetime.fromisoformat(str(e["at"])) > at],
+            ),
+        }
+    )
+
+
 async def _history(
     pg: MemoryWriter, conn: Conn, item: EmbeddedCandidate, decision: Decision, now: datetime, ctx: BatchContext | None
 ) -> list[MemoryChange]:
     """A statement observed before the current version: a superseded version, true from its observation until
-    `ends_at`, with its vector (a point-in-time read matches it); the current version is not touched."""
+    `ends_at` (or, inside a version stated again later, until that restatement, from which the version's value
+    holds again as a version of its own), with its vector (a point-in-time read matches it). The current version
+    is not touched, unless it is the one split."""
+    changes: list[MemoryChange] = []
+    ends_at, ends_by = decision.ends_at, decision.ends_by
+    if decision.split_at is not None and decision.cut is not None:
+        held = await pg.with_vector(conn, item.tenant_id, item.user_id, decision.cut.id)
+        part = resumed(decision.cut, decision.split_at, now)
+        ends_at, ends_by = part.observed_at, part.id
+        # The cut version leaves the active-fact index before its resumed part may enter it.
+        changes += await _cut(pg, conn, item, decision, now, ctx, status=MemoryStatus.SUPERSEDED)
+        vector = None if held is None else held[1]
+        await pg.upsert(conn, part, vector)
+        if ctx is not None:
+            ctx.view.wrote(part, vector)
+        op = ChangeOp.ADDED if part.status is MemoryStatus.ACTIVE else _retired_op(part)
+        changes.append(_change(part, op, item, now, vector=vector, reason=decision.reason))
     record = new_record(item, decision.record_id, now).model_copy(
-        update={"status": MemoryStatus.SUPERSEDED, "superseded_at": decision.ends_at, "superseded_by": decision.ends_by}
+        update={"status": MemoryStatus.SUPERSEDED, "superseded_at": ends_at, "superseded_by": ends_by}
     )
     await pg.upsert(conn, record, item.vector, context_vector(record, item))
     if ctx is not None:
         ctx.view.wrote(record, None)
-    changes = [_change(record, ChangeOp.SUPERSEDED, item, now, reason=decision.reason)]
-    return changes + await _cut(pg, conn, item, decision, now, ctx)
+    changes.append(_change(record, ChangeOp.SUPERSEDED, item, now, reason=decision.reason))
+    if decision.split_at is None:
+        changes += await _cut(pg, conn, item, decision, now, ctx)
+    return changes
+
+
+_RETIRED_OPS = {
+    MemoryStatus.MERGED: ChangeOp.MERGED,
+    MemoryStatus.DELETED: ChangeOp.DELETED,
+    MemoryStatus.PRUNED: ChangeOp.DELETED,
+}
 
 
 def _retired_op(record: MemoryRecord) -> ChangeOp:
-    return ChangeOp.MERGED if record.status is MemoryStatus.MERGED else ChangeOp.SUPERSEDED
+    return _RETIRED_OPS.get(record.status, ChangeOp.SUPERSEDED)
 
 
 async def _replayed(
@@ -490,6 +555,8 @@ async def _replayed(
         found = await pg.with_vector(conn, target.tenant_id, target.user_id, target.id)
         vector = None if found is None else found[1]
     op = ChangeOp.ADDED if target.version == 1 else ChangeOp.UPDATED
+    if target.status is not MemoryStatus.ACTIVE:  # a past version (history)
+        op = _retired_op(target)
     changes = [_change(target, op, item, now, vector=vector)]
     for old in await pg.superseded_by(conn, target.tenant_id, target.user_id, target.id):
         changes.append(_change(old, _retired_op(old), item, now))

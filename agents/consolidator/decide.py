@@ -63,6 +63,18 @@ class Decision:
     ends_by: str | None = None
     # The version before the candidate's time whose validity now ends at the candidate's observation.
     cut: MemoryRecord | None = None
+    # HISTORY inside the cut version's time, which was stated again at `split_at`: from then on the cut
+    # version's value holds again, as a version of its own (the statement between the two now ends there).
+    split_at: datetime | None = None
+
+
+# A provenance metadata entry of a keyed fact's version: one more time its value was stated (`at`, ISO).
+RESTATED = "restated"
+
+
+def restatements(record: MemoryRecord) -> list[datetime]:
+    """When the version's value was stated again after its first observation, in time order."""
+    return sorted(datetime.fromisoformat(str(e["at"])) for e in record.source.metadata if e.get("source") == RESTATED)
 
 
 def _already_seen(candidate: MemoryCandidate, record: MemoryRecord) -> bool:
@@ -101,7 +113,9 @@ def in_time(candidate: MemoryCandidate, versions: Sequence[MemoryRecord], record
     P is the latest version observed at or before the candidate, S the first
     after it. The same value as P (P still true then) reinforces P; the same
     value as S reinforces S from the candidate's earlier time (P now ends
-    there). Otherwise the candidate is a version of its own: the current one
+    there). A P stated again after the candidate (a restatement folded into
+    it, `restatements`) is split: P ends at the candidate, the candidate at
+    that restatement, from which P's value holds again. Otherwise the candidate is a version of its own: the current one
     when nothing follows it (SUPERSEDE of the active P, or None: no version
     holds then and the caller adds it), else history, true until P's old end
     (or S's observation), with P cut at the candidate's time. Nothing is ever
@@ -116,6 +130,10 @@ def in_time(candidate: MemoryCandidate, versions: Sequence[MemoryRecord], record
     s = after[0] if after else None
     if p is not None and _same_value(candidate, p):
         return Decision(Action.REINFORCE, p.id, p)
+    again = None if p is None else next((r for r in restatements(p) if r > at and _covers(p, r)), None)
+    if p is not None and again is not None:
+        # P was stated again after the candidate: P's value holds again from then on.
+        return Decision(Action.HISTORY, record_id, p, cut=p, split_at=again)
     if p is not None and p.status is MemoryStatus.ACTIVE:
         return Decision(Action.SUPERSEDE, record_id, p)
     if p is not None and p.superseded_at is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agents.consolidator import command_plan as plan
-from agents.consolidator.apply import merge_records, reinforced
+from agents.consolidator.apply import merge_records, reinforced, resumed
 from agents.consolidator.decide import Action, Decision, Neighbours, decide
 from agents.consolidator.merge import candidate_wins
 from schemas import EmbeddedCandidate, MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
@@ -189,3 +189,19 @@ def test_a_correction_is_current_at_its_own_time_never_before_what_it_corrects()
     assert new.observed_at == old.superseded_at == T0 + 35 * DAY
     assert new.status is MemoryStatus.ACTIVE
     assert old.status is MemoryStatus.SUPERSEDED
+
+
+def test_a_value_said_between_two_statements_folded_into_one_version_splits_it() -> None:
+    berlin = version("Berlin", 1)
+    again = EmbeddedCandidate(tenant_id="t", user_id="u", candidate=said("Berlin", 9), vector=[1.0], model="m")
+    berlin = reinforced(berlin, again, T0)  # said on day 1 and day 9: one version, observed since day 1
+    assert berlin.observed_at == T0 + DAY
+    decision = placed(said("Lisbon", 5), berlin)
+    # Not current: Berlin was said again after it. Lisbon holds from day 5 until Berlin's restatement on day 9.
+    assert decision.action is Action.HISTORY
+    assert decision.cut == berlin
+    assert decision.split_at == T0 + 9 * DAY
+    part = resumed(berlin, T0 + 9 * DAY, T0)
+    assert (part.value, part.status, part.observed_at) == ("Berlin", MemoryStatus.ACTIVE, T0 + 9 * DAY)
+    assert part.source.event_ids == [said("Berlin", 9).source.event_ids[0]]
+    assert part.id != berlin.id

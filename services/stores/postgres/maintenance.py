@@ -1,7 +1,8 @@
 """Maintenance's queries: whose memories to tend, one user's rows locked with their vectors, idle sessions,
 and the questions still awaiting an answer (open, or deferred by maintenance).
 
-Writes go through `MemoryWriter.upsert`, like the consolidator's.
+Writes go through `MemoryWriter.upsert`, like the consolidator's, in a transaction that took the user's lock
+first (services/stores/postgres/locks.py).
 """
 
 from __future__ import annotations
