@@ -15,9 +15,11 @@ the tenant and user and `exported_at`.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
 from schemas.events import TurnEvent
 from schemas.memory import Int32, MemoryId, MemoryRecord
@@ -141,3 +143,71 @@ class ExportDocument(BaseModel):
     sessions: list[ExportedSession] = Field(default_factory=list)
     turns: list[ExportedTurn] = Field(default_factory=list)
     session_summaries: list[ExportedSummary] = Field(default_factory=list)
+
+
+# --- the document as JSON, in pieces ------------------------------------------------
+
+ExportSection = Literal["memories", "vectors", "sessions", "turns", "session_summaries"]
+
+
+@dataclass(frozen=True)
+class ExportPage:
+    """Some of one list of the document, in its order; `vectors` items are (memory id, vector) pairs."""
+
+    section: ExportSection
+    items: Sequence[Any]
+
+
+# The lists in the document's field order, each item's serializer, and the brackets around them.
+_SECTIONS: tuple[tuple[ExportSection, TypeAdapter[Any], bytes, bytes], ...] = (
+    ("memories", TypeAdapter(MemoryRecord), b"[", b"]"),
+    ("vectors", TypeAdapter(dict[MemoryId, list[float]]), b"{", b"}"),
+    ("sessions", TypeAdapter(ExportedSession), b"[", b"]"),
+    ("turns", TypeAdapter(ExportedTurn), b"[", b"]"),
+    ("session_summaries", TypeAdapter(ExportedSummary), b"[", b"]"),
+)
+_EMPTY_LISTS = b"".join(b',"%s":%s%s' % (name.encode(), start, end) for name, _, start, end in _SECTIONS) + b"}"
+
+
+def _item(adapter: TypeAdapter[Any], section: ExportSection, item: Any) -> bytes:
+    if section == "vectors":
+        memory_id, vector = item
+        return adapter.dump_json({memory_id: vector}, by_alias=True)[1:-1]  # one `"id":[...]` member
+    return adapter.dump_json(item, by_alias=True)
+
+
+async def document_json(head: ExportDocument, pages: AsyncIterable[ExportPage]) -> AsyncIterator[bytes]:
+    """`head` (a document whose lists are empty) with `pages`' items in its lists, as JSON, a page at a time.
+
+    Byte for byte what serializing the whole document gives (the
+    response_model path of the HTTP route before it streamed): each item
+    goes through the same pydantic serializer as inside the document, and
+    the fields come in the model's order. Pages must come in that order too.
+    """
+    whole = head.model_dump_json(by_alias=True).encode()
+    if not whole.endswith(_EMPTY_LISTS):
+        raise ValueError("the head of a streamed export must have every list empty")
+    yield whole[: -len(_EMPTY_LISTS)]
+    at = -1  # index in _SECTIONS of the list open now
+    written = False  # an item of that list was written (the next needs a comma)
+    async for page in pages:
+        index = next(i for i, (name, *_) in enumerate(_SECTIONS) if name == page.section)
+        if index < at:
+            raise ValueError(f"export pages out of the document's order: {page.section} after {_SECTIONS[at][0]}")
+        chunk = [_SECTIONS[at][3]] if index > at >= 0 else []
+        while at < index:
+            at += 1
+            name, _, start, end = _SECTIONS[at]
+            chunk.append(b',"%s":%s' % (name.encode(), start))
+            if at < index:
+                chunk.append(end)
+            written = False
+        adapter = _SECTIONS[at][1]
+        for item in page.items:
+            chunk.append((b"," if written else b"") + _item(adapter, page.section, item))
+            written = True
+        yield b"".join(chunk)
+    tail = [_SECTIONS[at][3]] if at >= 0 else []
+    for name, _, start, end in _SECTIONS[at + 1 :]:
+        tail.append(b',"%s":%s%s' % (name.encode(), start, end))
+    yield b"".join(tail) + b"}"

@@ -38,5 +38,6 @@ def text(result: CallToolResult) -> str:
 def structured(result: CallToolResult) -> dict[str, Any]:
     """A successful call's structured answer."""
     assert not result.is_error, text(result)
-    assert result.structured_content is not None
-    return result.structured_content
+    content: dict[str, Any] | None = result.structured_content
+    assert content is not None
+    return content

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Response
+from fastapi.responses import StreamingResponse
 
 from agents.consolidator.command_plan import ItemTooLarge, import_parts, matches_topic, new_memory_id
 from schemas import MemoryRecord, MemoryStatus
@@ -36,7 +37,7 @@ from schemas.commands import (
     DeleteTopic,
     ForgetUser,
 )
-from schemas.export import ExportDocument
+from schemas.export import ExportDocument, document_json
 from services.api import docs, errors
 from services.api.auth import CurrentPrincipal, tenant_scope
 from services.api.command_log import CommandLog, wait_until_applied
@@ -57,7 +58,7 @@ from services.archive.codec import sealable_bytes
 from services.auth import Principal
 from services.runtime import Runtime
 from services.stores.postgres.commands import CommandStore
-from services.stores.postgres.export import export_user
+from services.stores.postgres.export import export_head, export_pages
 from services.stores.postgres.forget import holds_user
 
 # Left of the request deadline for answering once a wait gives up.
@@ -301,19 +302,29 @@ def memory_router(rt: Runtime) -> APIRouter:
         "/v1/users/{user_id}/export",
         response_model=ExportDocument,
         summary="Everything memstream holds on a user, as one `memstream.export/v1` JSON document",
+        description="Streamed as it is read, a page of rows at a time, so its size is not bounded by the "
+        "server's memory; a 404 comes before any of it.",
         responses=errors.responses(404),
     )
     async def export(
         user_id: UserPath, principal: CurrentPrincipal, tenant_id: TenantOptQ = None, vectors: WithVectors = False
-    ) -> ExportDocument:
+    ) -> StreamingResponse:
         tenant = _tenant(principal, tenant_id)
         model = (await rt.embedder()).name if vectors else None
+        chunks = _export(tenant, user_id, model)
+        first = await anext(chunks)  # the 404, before the response starts
+        return StreamingResponse(_prepend(first, chunks), media_type="application/json")
+
+    async def _export(tenant: str, user_id: str, model: str | None) -> AsyncGenerator[bytes, None]:
+        """The document's bytes; the transaction (and its pooled connection) lasts as long as the response."""
         async with rt.pg.transaction("export") as conn:
             # One snapshot: a command applied meanwhile is in the document entirely or not at all.
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if not await holds_user(conn, tenant, user_id):
                 raise _not_found(f"user {user_id}")
-            return await export_user(conn, tenant, user_id, exported_at=_now(), embedding_model=model)
+            head = await export_head(conn, tenant, user_id, exported_at=_now(), embedding_model=model)
+            async for chunk in document_json(head, export_pages(conn, tenant, user_id, vectors=model is not None)):
+                yield chunk
 
     @api.post(
         "/v1/users/{user_id}/import",
@@ -359,3 +370,13 @@ def memory_router(rt: Runtime) -> APIRouter:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+async def _prepend(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+    """`first`, then `rest`; `rest` is closed however the response ends (a client gone mid-way included)."""
+    try:
+        yield first
+        async for chunk in rest:
+            yield chunk
+    finally:
+        await rest.aclose()

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -144,10 +145,11 @@ async def test_the_model_cannot_reach_another_tenants_or_users_memories_even_wit
     async with stdio(_env(api, tmp_path, MEMSTREAM_API_KEY=operator)) as client:
         for tenant, user in owners:
             named = {"tenant_id": tenant, "user_id": user}
-            for tool, args in [
+            calls: list[tuple[str, dict[str, Any]]] = [
                 ("recall", {"query": "what is the bank PIN?", **named}),
                 ("list_memories", {"status": None, **named}),
-            ]:
+            ]
+            for tool, args in calls:
                 answer = await client.call_tool(tool, args)
                 assert "4321" not in text(answer), (tool, tenant)
                 assert others[tenant] not in text(answer)
@@ -235,7 +237,7 @@ def mcp_http(api: LiveApi, tmp_path: Path) -> Iterator[str]:
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert proc.poll() is None, (tmp_path / "mcp-http.log").readtext()
+            assert proc.poll() is None, (tmp_path / "mcp-http.log").read_text()
             try:
                 httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
                 break

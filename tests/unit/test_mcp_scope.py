@@ -45,7 +45,7 @@ def test_without_a_bound_tenant_and_user_or_the_flag_there_is_no_server(
     configured: dict[str, str], tmp_path: Path
 ) -> None:
     with pytest.raises(ConfigError, match=ANY_USER_FLAG):
-        build_server(Settings(data_dir=tmp_path, **configured))
+        build_server(Settings.model_validate({"data_dir": tmp_path, **configured}))
 
 
 def test_a_bound_scope_ignores_whatever_a_call_names() -> None:
