@@ -20,7 +20,7 @@ tool at someone else's memories, whatever the key could reach: the stdio
 default is this machine's operator key, which reaches every tenant. Only
 `--allow-any-user` (MEMSTREAM_MCP_ALLOW_ANY_USER) lets the model name
 `user_id` (and `tenant_id`, unless `--tenant` binds it) in each call; without
-a bound user or that flag the server refuses to start.
+a bound tenant and user, or that flag, the server refuses to start.
 
 An API error (401, 403, 404, 422, 503, ...) becomes a tool error carrying the
 API's message and code, which the model can read and act on.
