@@ -73,6 +73,15 @@ GENERATION_LAG = Gauge(
     "Messages a generation being rebuilt has yet to process, over all its stages",
     ["generation"],
 )
+# Rule extraction (agents/rules/extract.py) is linear in a turn's length; these show what the worst turns cost.
+RULES_SECONDS = Histogram(
+    "memstream_rules_extract_seconds", "Rule extraction time per user turn", buckets=_LATENCY_BUCKETS
+)
+RULES_STOPPED = Counter(
+    "memstream_rules_stopped_total",
+    "User turns whose rule extraction stopped early (reason budget: its time ran out; hits: enough preferences)",
+    ["reason"],
+)
 ARCHIVE_SKIPPED = Counter(
     "memstream_archive_skipped_total",
     "Archived events a generation's window left out (reason forgotten: the user's data key is gone)",

@@ -1,12 +1,24 @@
-"""Inline extraction without an LLM: keyed facts and preferences from one turn."""
+"""Inline extraction without an LLM: keyed facts and preferences from one turn.
+
+Bounded whatever the turn: every rule pattern is linear in the text's length
+(agents/rules/patterns.py), preferences are read clause by clause with each
+clause at most MAX_CLAUSE_CHARS, a turn yields at most MAX_PREFERENCES of
+them, and extract() stops at its time budget (counted in
+memstream_rules_stopped_total). The budget is a backstop: the worst turns
+found take a fraction of it (tests/bench/rules_worst.py); a turn cut short
+keeps the hits found so far.
+"""
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 from agents.rules.patterns import FACT_RULES, NEGATIVE_CUES, PREFERENCE_CUES
 from schemas import MemoryType
+from services import metrics
+from services.textutil import normalize
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _ENTITY = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
@@ -22,6 +34,12 @@ _WORDS = re.compile(r"[a-z][a-z']*")
 _STOP_ENTITIES = frozenset(
     {"I", "I'm", "I've", "I'd", "The", "This", "That", "My", "We", "Our", "It", "Hi", "Hey", "Yes", "No", "Oh", "So"}
 )
+# A run-on "sentence" (a paste with no full stops) is read in clauses of at most this many characters.
+MAX_CLAUSE_CHARS = 600
+# More distinct preferences than this in one turn is a list or a paste, not a user telling what they like.
+MAX_PREFERENCES = 20
+# Wall time one turn's extraction may take; the worst turn at the content limit needs well under it.
+BUDGET_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -35,8 +53,35 @@ class Extraction:
     value: str | None = None
 
 
+class Deadline:
+    """A time budget that, once spent, stays spent (`None`: no budget)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self._at = None if seconds is None else time.perf_counter() + seconds
+        self.passed = False
+
+    def over(self) -> bool:
+        if not self.passed and self._at is not None and time.perf_counter() >= self._at:
+            self.passed = True
+        return self.passed
+
+
 def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
+def clauses(text: str, limit: int = MAX_CLAUSE_CHARS) -> list[str]:
+    """Sentences, a longer one cut into pieces of at most `limit` characters, at a space where there is one."""
+    out: list[str] = []
+    for sentence in sentences(text):
+        start = 0
+        while len(sentence) - start > limit:
+            cut = sentence.rfind(" ", start + limit // 2, start + limit + 1)
+            cut = cut if cut > start else start + limit
+            out.append(sentence[start:cut].strip())
+            start = cut
+        out.append(sentence[start:].strip())
+    return [c for c in out if c]
 
 
 def entities(text: str) -> list[str]:
@@ -53,9 +98,12 @@ def _clean(value: str) -> str:
     return value.strip(" .,!?;:'\"").strip()
 
 
-def extract_facts(text: str) -> list[Extraction]:
+def extract_facts(text: str, deadline: Deadline | None = None) -> list[Extraction]:
+    """The first hit of each rule, one per (category, key); rules in table order until `deadline`."""
     out: dict[tuple[str, str], Extraction] = {}
     for rule in FACT_RULES:
+        if deadline is not None and deadline.over():
+            break
         match = rule.pattern.search(text)
         if match is None:
             continue
@@ -81,24 +129,35 @@ def _has_object(sentence: str) -> bool:
     return any(w not in _EMPTY_WORDS for w in words)
 
 
-def extract_preferences(text: str) -> list[Extraction]:
-    out: list[Extraction] = []
-    for sentence in sentences(text):
-        if sentence.endswith("?") or not PREFERENCE_CUES.search(sentence) or not _has_object(sentence):
+def extract_preferences(text: str, deadline: Deadline | None = None) -> list[Extraction]:
+    """Clauses that state a preference, each once, at most MAX_PREFERENCES, until `deadline`."""
+    out: dict[str, Extraction] = {}
+    for clause in clauses(text):
+        if deadline is not None and deadline.over():
+            break
+        key = normalize(clause)
+        if key in out or clause.endswith("?") or not PREFERENCE_CUES.search(clause) or not _has_object(clause):
             continue
-        negative = bool(NEGATIVE_CUES.search(sentence))
-        out.append(
-            Extraction(
-                type=MemoryType.PREFERENCE,
-                text=f"User preference: {sentence}",
-                importance=0.75 if negative else 0.7,
-                confidence=0.8,
-                category="dislike" if negative else "like",
-            )
+        if len(out) == MAX_PREFERENCES:
+            metrics.RULES_STOPPED.labels(reason="hits").inc()
+            break
+        negative = bool(NEGATIVE_CUES.search(clause))
+        out[key] = Extraction(
+            type=MemoryType.PREFERENCE,
+            text=f"User preference: {clause}",
+            importance=0.75 if negative else 0.7,
+            confidence=0.8,
+            category="dislike" if negative else "like",
         )
-    return out
+    return list(out.values())
 
 
-def extract(text: str) -> list[Extraction]:
-    """All rule hits for one user turn, facts first."""
-    return [*extract_facts(text), *extract_preferences(text)]
+def extract(text: str, budget: float | None = BUDGET_SECONDS) -> list[Extraction]:
+    """All rule hits for one user turn, facts first, found within `budget` seconds (None: no limit)."""
+    started = time.perf_counter()
+    deadline = Deadline(budget)
+    found = [*extract_facts(text, deadline), *extract_preferences(text, deadline)]
+    if deadline.passed:
+        metrics.RULES_STOPPED.labels(reason="budget").inc()
+    metrics.RULES_SECONDS.observe(time.perf_counter() - started)
+    return found

@@ -1,6 +1,12 @@
-"""The rule table: what a user says and the memory it becomes.
+r"""The rule table: what a user says and the memory it becomes.
 
 Kept apart from the matching code so adding a rule is one line here.
+
+Every repetition is bounded (`{m,n}`, never `*` or `+`): one match attempt
+costs at most a constant however long the turn, so a search over a whole turn
+is linear in its length. Unbounded repetitions that accept the same characters
+side by side (`[\w\s]*?\s+`) let one turn of "moved from A " then spaces run
+for hours. tests/unit/test_rules_linear.py checks the bound on every pattern.
 """
 
 from __future__ import annotations
@@ -8,10 +14,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_NAME = r"(?P<value>[A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"
-_PLACE = r"(?P<value>[A-Z][\w.'-]*(?:[ ,]+[A-Z][\w.'-]*){0,3})"
+# A value's word: at most 41 characters, and a longer run is no word at all (not cut to a prefix).
+_NAME_WORD = r"[A-Z][\w'-]{0,40}(?![\w'-])"
+_PLACE_WORD = r"[A-Z][\w.'-]{0,40}(?![\w.'-])"
+_NAME = rf"(?P<value>{_NAME_WORD}(?: {_NAME_WORD})?)"
+_PLACE = rf"(?P<value>{_PLACE_WORD}(?:[ ,]{{1,3}}{_PLACE_WORD}){{0,3}})"
 _PHRASE = r"(?P<value>[\w][\w\s'&/+.-]{1,60}?)"
-_END = r"(?=\s*(?:[.!?,;]|$| and | but | because | since | so ))"
+_END = r"(?=\s{0,5}(?:[.!?,;]|$| and | but | because | since | so ))"
+# Whitespace between words of a cue, as typed: a few characters.
+_S = r"\s{1,5}"
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,7 @@ FACT_RULES: tuple[FactRule, ...] = (
     _rule(
         "identity",
         "name",
-        r"\b(?:my name is|my name's|call me|i am called|i'm called)\s+",
+        rf"\b(?:my name is|my name's|call me|i am called|i'm called){_S}",
         _NAME,
         "User's name is {value}",
         0.9,
@@ -43,7 +54,8 @@ FACT_RULES: tuple[FactRule, ...] = (
     _rule(
         "location",
         "city",
-        r"\b(?:moved|relocated|moving|relocating)\s+(?:from\s+[A-Z][\w\s.'-]*?\s+)?to\s+",
+        # "from" names up to 80 characters ("from New York after ten years to"), never the rest of the turn.
+        rf"\b(?:moved|relocated|moving|relocating){_S}(?:from{_S}[A-Z][\w\s.'-]{{0,80}}?{_S})?to{_S}",
         _PLACE,
         "User lives in {value}",
         0.85,
@@ -51,12 +63,12 @@ FACT_RULES: tuple[FactRule, ...] = (
     _rule(
         "location",
         "city",
-        r"\bi (?:live|reside|am based|'m based|am living|'m living)\s+in\s+",
+        rf"\bi (?:live|reside|am based|'m based|am living|'m living){_S}in{_S}",
         _PLACE,
         "User lives in {value}",
         0.85,
     ),
-    _rule("location", "hometown", r"\bi(?: am|'m) (?:originally )?from\s+", _PLACE, "User is from {value}", 0.7, 0.8),
+    _rule("location", "hometown", rf"\bi(?: am|'m) (?:originally )?from{_S}", _PLACE, "User is from {value}", 0.7, 0.8),
     _rule("work", "occupation", r"\bi work as (?:an? )?", _PHRASE + _END, "User works as {value}", 0.8),
     _rule(
         "work",
@@ -66,8 +78,15 @@ FACT_RULES: tuple[FactRule, ...] = (
         "User works as {value}",
         0.8,
     ),
-    _rule("work", "employer", r"\bi work (?:at|for)\s+", _PLACE, "User works at {value}", 0.75),
-    _rule("locale", "timezone", r"\bmy time ?zone is\s+", r"(?P<value>[\w/+:-]+)", "User's timezone is {value}", 0.7),
+    _rule("work", "employer", rf"\bi work (?:at|for){_S}", _PLACE, "User works at {value}", 0.75),
+    _rule(
+        "locale",
+        "timezone",
+        rf"\bmy time ?zone is{_S}",
+        r"(?P<value>[\w/+:-]{1,40})",
+        "User's timezone is {value}",
+        0.7,
+    ),
     _rule(
         "locale",
         "timezone",
@@ -79,16 +98,16 @@ FACT_RULES: tuple[FactRule, ...] = (
     _rule(
         "locale",
         "language",
-        r"\bmy (?:native|first|mother) (?:language|tongue) is\s+",
-        r"(?P<value>[A-Z]\w+)",
+        rf"\bmy (?:native|first|mother) (?:language|tongue) is{_S}",
+        r"(?P<value>[A-Z]\w{1,40}(?!\w))",
         "User's native language is {value}",
         0.7,
     ),
     _rule(
         "locale",
         "language",
-        r"\bi speak\s+",
-        r"(?P<value>[A-Z]\w+(?:(?:,\s*| and )[A-Z]\w+)*)",
+        rf"\bi speak{_S}",
+        r"(?P<value>[A-Z]\w{1,40}(?!\w)(?:(?:,\s{0,3}| and )[A-Z]\w{1,40}(?!\w)){0,9})",
         "User speaks {value}",
         0.6,
         0.8,
@@ -96,7 +115,7 @@ FACT_RULES: tuple[FactRule, ...] = (
     _rule(
         "family",
         "pet_{kind}",
-        r"\bi have an? (?P<kind>dog|cat|puppy|kitten|parrot|rabbit|hamster|horse|fish)(?: named| called)\s+",
+        rf"\bi have an? (?P<kind>dog|cat|puppy|kitten|parrot|rabbit|hamster|horse|fish)(?: named| called){_S}",
         _NAME,
         "User has a {kind} named {value}",
         0.7,
@@ -104,7 +123,7 @@ FACT_RULES: tuple[FactRule, ...] = (
     _rule(
         "family",
         "pet_{kind}",
-        r"\bmy (?P<kind>dog|cat|puppy|kitten|parrot|rabbit|hamster|horse)(?:'s name is| is named| is called|,)\s+",
+        rf"\bmy (?P<kind>dog|cat|puppy|kitten|parrot|rabbit|hamster|horse)(?:'s name is| is named| is called|,){_S}",
         _NAME,
         "User has a {kind} named {value}",
         0.7,
@@ -112,7 +131,7 @@ FACT_RULES: tuple[FactRule, ...] = (
     _rule(
         "family",
         "spouse",
-        r"\bmy (?:wife|husband|partner|spouse)(?:'s name is| is named| is called|,)\s+",
+        rf"\bmy (?:wife|husband|partner|spouse)(?:'s name is| is named| is called|,){_S}",
         _NAME,
         "User's partner is {value}",
         0.75,
@@ -121,7 +140,7 @@ FACT_RULES: tuple[FactRule, ...] = (
         "family",
         "children",
         r"\bi have ",
-        r"(?P<value>\w+) (?:kids|children|sons|daughters)\b",
+        r"(?P<value>\w{1,20}) (?:kids|children|sons|daughters)\b",
         "User has {value} children",
         0.7,
     ),

@@ -15,6 +15,7 @@ neither loses an archive record nor seals an event twice.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -90,9 +91,10 @@ async def handle_turn(
     await rt.windows.save_window(
         conn, turn.tenant_id, turn.user_id, turn.session_id, update.window, window_tokens(update.window)
     )
-    messages = candidate_messages(turn, preceding(state.turns, turn)) + evicted_messages(
-        turn, update.evicted, reason="trimmed", max_bytes=rt.settings.max_message_bytes
-    )
+    # Rule extraction is CPU work (up to a few hundred ms on a turn at the content limit): a worker thread
+    # keeps the event loop, which the read service may share, answering meanwhile.
+    messages = await asyncio.to_thread(candidate_messages, turn, preceding(state.turns, turn))
+    messages += evicted_messages(turn, update.evicted, reason="trimmed", max_bytes=rt.settings.max_message_bytes)
     await rt.outbox.add(conn, messages)
     return messages, True
 
