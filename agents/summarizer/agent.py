@@ -12,6 +12,7 @@ the input's fault.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import faust
@@ -37,7 +38,8 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
 
     async def memories_for(event: Any, chunk: EvictedChunk) -> list[MemoryCandidate]:
         """The extractive summary also gates the LLM: a chunk of greetings costs no request."""
-        extractive = summarize(chunk.turns, s.summary_max_sentences) if chunk.turns else None
+        # CPU work over up to a message's worth of text: a worker thread keeps the shared event loop answering.
+        extractive = await asyncio.to_thread(summarize, chunk.turns, s.summary_max_sentences) if chunk.turns else None
         if extractive is None:
             return []
         if llm is None:
@@ -47,7 +49,8 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     async def summarize_chunks(items: list[tuple[Any, EvictedChunk]]) -> None:
         for event, chunk in items:
             memories = await memories_for(event, chunk)
-            await forward(topics.candidates, STAGE, memories + question_candidates(chunk))
+            questions = await asyncio.to_thread(question_candidates, chunk)
+            await forward(topics.candidates, STAGE, memories + questions)
 
     async def summarizer(stream: Any) -> None:
         async for event in stream.events():
