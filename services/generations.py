@@ -50,7 +50,15 @@ if TYPE_CHECKING:
 DEFAULT = "default"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
 # The derived tables: what a generation re-creates from the log. Every other table stays shared in `public`.
-DERIVED_TABLES = ("applied_commands", "memories", "outbox", "session_summaries", "sessions", "turns")
+DERIVED_TABLES = (
+    "applied_commands",
+    "memories",
+    "memory_centroids",
+    "outbox",
+    "session_summaries",
+    "sessions",
+    "turns",
+)
 # Shared tables that name users; a test holds DERIVED_TABLES + SHARED_TABLES to every table the migrations make.
 SHARED_TABLES = ("api_keys", "user_keys", "generations", "schema_migrations")
 # Roles whose topic a generation has to itself (services/topics.py names the roles).
@@ -255,6 +263,8 @@ async def create_schema(conn: Conn, gen: Generation) -> None:
                 sql.Identifier(gen.schema, table), sql.Identifier("public", table)
             )
         )
+    # LIKE copies no triggers: the kept centroids (migration 014) need theirs on the new `memories`.
+    await conn.execute("SELECT public.memory_centroids_attach(%s)", (gen.schema,))
     await conn.execute(
         sql.SQL("INSERT INTO {} SELECT * FROM public.schema_migrations").format(
             sql.Identifier(gen.schema, "schema_migrations")

@@ -82,6 +82,10 @@ async def test_a_generations_pool_writes_its_own_tables_and_reads_the_shared_one
         assert (await cur.fetchone() or {}).get("n") == 0  # the default generation saw nothing
     cur = await conn.execute("SELECT text FROM g_v2.memories")
     assert [r["text"] for r in await cur.fetchall()] == ["prefers tea in v2"]
+    # The kept centroids (a trigger) are the generation's own too.
+    cur = await conn.execute("SELECT n FROM g_v2.memory_centroids")
+    assert [r["n"] for r in await cur.fetchall()] == [1]
+    assert not await (await conn.execute("SELECT 1 FROM public.memory_centroids")).fetchall()
     # The copied indexes came along: the partial unique index on active keyed facts, the HNSW index.
     cur = await conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'g_v2' AND tablename = 'memories'")
     assert len(await cur.fetchall()) == 5 + 1  # primary key + the migrations' five

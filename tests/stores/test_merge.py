@@ -95,3 +95,37 @@ async def test_centroids_sum_active_vectors_per_scope_of_one_dimension(pool: PgP
     total, count = found[("t", "u", MemoryType.EXCHANGE)]
     assert count == 2
     assert total[:2] == pytest.approx([1.0, 1.0], abs=1e-6)
+
+
+async def test_kept_centroids_follow_every_change_and_equal_a_fresh_sum(pool: PgPool) -> None:
+    """Inserts, status changes (retired, revived), new embeddings and deletes all move the kept sums."""
+    pg = MemoryWriter()
+    rng = np.random.default_rng(1)
+    records = [memory(f"m{k}", MemoryType.EXCHANGE) for k in range(12)]
+    async with pool.transaction("t") as conn:
+        for record in records:
+            await pg.upsert(conn, record, list(rng.normal(size=384)))
+        await pg.upsert(conn, records[0].model_copy(update={"status": MemoryStatus.PRUNED}), None)
+        await pg.upsert(conn, records[1].model_copy(update={"status": MemoryStatus.MERGED}), None)
+        await pg.upsert(conn, records[1], None)  # active again
+        await pg.upsert(conn, records[2], list(rng.normal(size=384)))  # a new embedding
+        await conn.execute("DELETE FROM memories WHERE id = %s", (records[3].id,))
+        await conn.execute("UPDATE memories SET importance = 0.9 WHERE id = %s", (records[4].id,))
+        kept = await pg.centroids(conn, [("t", "u", MemoryType.EXCHANGE)], dim=384)
+        cur = await conn.execute(
+            "SELECT sum(embedding) AS total, count(*) AS n FROM memories WHERE status = 'active' AND type = 'exchange'"
+        )
+        fresh = await cur.fetchone()
+    assert fresh is not None
+    total, count = kept[("t", "u", MemoryType.EXCHANGE)]
+    assert count == fresh["n"] == 10
+    assert total == pytest.approx(np.asarray(fresh["total"].to_list()), abs=1e-4)
+
+
+async def test_a_scope_with_nothing_active_has_no_centroid(pool: PgPool) -> None:
+    pg = MemoryWriter()
+    only = memory("only", MemoryType.EXCHANGE)
+    async with pool.transaction("t") as conn:
+        await pg.upsert(conn, only, unit(1, 0))
+        await pg.upsert(conn, only.model_copy(update={"status": MemoryStatus.DELETED}), None)
+        assert await pg.centroids(conn, [("t", "u", MemoryType.EXCHANGE)], dim=384) == {}

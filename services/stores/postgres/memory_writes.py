@@ -136,15 +136,14 @@ class MemoryWriter:
     async def centroids(
         self, conn: Conn, scopes: Sequence[tuple[str, str, MemoryType]], dim: int
     ) -> dict[tuple[str, str, MemoryType], tuple[np.ndarray, int]]:
-        """Sum and count of the active embeddings of `dim` dimensions per (tenant, user, type), one query."""
+        """Sum and count of the active embeddings of `dim` dimensions per (tenant, user, type), kept by a trigger."""
         if not scopes:
             return {}
         cur = await conn.execute(
-            """SELECT m.tenant_id, m.user_id, m.type, sum(m.embedding) AS total, count(*) AS n
-               FROM memories m JOIN unnest(%s::text[], %s::text[], %s::text[]) AS s(t, u, type)
-                 ON m.tenant_id = s.t AND m.user_id = s.u AND m.type = s.type
-               WHERE m.status = 'active' AND vector_dims(m.embedding) = %s
-               GROUP BY m.tenant_id, m.user_id, m.type""",
+            """SELECT c.tenant_id, c.user_id, c.type, c.total, c.n
+               FROM memory_centroids c JOIN unnest(%s::text[], %s::text[], %s::text[]) AS s(t, u, type)
+                 ON c.tenant_id = s.t AND c.user_id = s.u AND c.type = s.type
+               WHERE c.dims = %s""",
             ([s[0] for s in scopes], [s[1] for s in scopes], [s[2].value for s in scopes], dim),
         )
         return {
