@@ -11,7 +11,9 @@ truncated copy and says so: `x-memstream-original-size` and
 `x-memstream-sha256` identify the original. The send is awaited, so the
 source offset is committed only once the DLQ holds the message; the source
 topic, partition and offset headers let a reader drop the duplicate a crash
-between the two may leave.
+between the two may leave. A DLQ that does not take the message (the broker
+down, or refusing it) is an outage like any other (agents/outage.py): the
+send is tried again until it is acknowledged, and the source offset waits.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import re
 from typing import Any
 
+from agents.outage import outlasting
 from services import metrics
 from services.archive import dlq as sealed
 from services.archive.keys import KeyStore
@@ -67,10 +70,13 @@ def _fit(raw: bytes | None, limit: int) -> tuple[bytes | None, dict[str, bytes]]
 class DeadLetters:
     """memory.dlq as a stage sees it: one call per poison message, bounded and awaited."""
 
-    def __init__(self, topic: Any, max_message_bytes: int, keys: KeyStore | None = None) -> None:
+    def __init__(
+        self, topic: Any, max_message_bytes: int, keys: KeyStore | None = None, *, max_delay: float = 30.0
+    ) -> None:
         self.topic = topic
         self._value_limit = max(max_message_bytes - _OVERHEAD, 1024)
         self._keys = keys
+        self._max_delay = max_delay
 
     async def send(self, event: Any, *, stage: str, reason: str, error: str) -> None:
         message = event.message
@@ -96,6 +102,25 @@ class DeadLetters:
         reason: str,
         error: str,
         where: str,
+    ) -> None:
+        """Sealed and sent again after each outage (the key store's or the broker's) until the broker has it."""
+
+        async def attempt() -> None:
+            await self._send_once(key, value, source, stage=stage, reason=reason, error=error)
+
+        await outlasting(attempt, stage=stage, what="dead letter queue", max_delay=self._max_delay)
+        metrics.DLQ.labels(stage=stage, reason=reason).inc()
+        log.warning("dlq stage=%s reason=%s at %s: %s", stage, reason, where, error[:200])
+
+    async def _send_once(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        source: dict[str, bytes],
+        *,
+        stage: str,
+        reason: str,
+        error: str,
     ) -> None:
         keys = self._keys or _keys
         owner_headers: dict[str, bytes] = {}
@@ -123,5 +148,3 @@ class DeadLetters:
         delivered = await self.topic.send(key=key, value=value, headers=headers)
         if delivered is not None:
             await delivered  # the broker has it before the source offset may be committed
-        metrics.DLQ.labels(stage=stage, reason=reason).inc()
-        log.warning("dlq stage=%s reason=%s at %s: %s", stage, reason, where, error[:200])

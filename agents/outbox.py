@@ -11,6 +11,7 @@ import faust
 
 from agents.housekeeping import survive
 from services import metrics
+from services.producer import acknowledged
 from services.runtime import Runtime
 from services.stores.postgres import OutboxMessage
 
@@ -27,15 +28,15 @@ async def publish(
     """Send in order, wait once for the broker to have them all, then forget them.
 
     A failure before the delete leaves the rows to be sent again: a duplicate
-    downstream (idempotent there), never a loss. Rows repeated in `messages`
-    (a batch can list a scope's leftovers twice) are sent once.
+    downstream (idempotent there), never a loss. A send the broker does not
+    acknowledge raises (an outage to the stage, agents/outage.py) once every
+    send has settled. Rows repeated in `messages` (a batch can list a scope's
+    leftovers twice) are sent once.
     """
     unique = list({m.id: m for m in messages}.values())
     if not unique:
         return
-    pending = [await topics_by_name[m.topic].send(key=m.key, value=m.value) for m in unique]
-    for fut in pending:
-        await fut
+    await acknowledged([await topics_by_name[m.topic].send(key=m.key, value=m.value) for m in unique])
     for topic_name, count in Counter(m.topic for m in unique).items():
         metrics.EVENTS_OUT.labels(stage=stage, topic=topic_name).inc(count)
     if on_sent is not None:

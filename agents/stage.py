@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -13,10 +13,12 @@ from pydantic import BaseModel, ValidationError
 
 from agents.dlq import DeadLetters
 from agents.ingest import describe
+from agents.outage import outlasting
 from schemas import codec
 from services import metrics
 from services.config import Settings
-from services.errors import InvalidEvent, StoreRejected, StoreUnavailable
+from services.errors import InvalidEvent, StoreRejected
+from services.producer import acknowledged
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -43,10 +45,8 @@ async def forward(topic: Any, stage: str, models: Sequence[Any]) -> None:
 
 
 async def send_all(topic: Any, stage: str, messages: Sequence[tuple[bytes, bytes]]) -> None:
-    """Send (key, value) pairs and wait until the broker has every one."""
-    pending = [await topic.send(key=key, value=value) for key, value in messages]
-    for fut in pending:
-        await fut
+    """Send (key, value) pairs and wait until the broker has every one (a failure raises once all have settled)."""
+    await acknowledged([await topic.send(key=key, value=value) for key, value in messages])
     if messages:
         metrics.EVENTS_OUT.labels(stage=stage, topic=topic.get_topic_name()).inc(len(messages))
 
@@ -80,33 +80,82 @@ async def deliver(
 ) -> None:
     """Hand (event, value) pairs to `handle` so that nothing is lost and the stage never stops.
 
-    StoreUnavailable is an outage: the same batch is retried, uncommitted, with
-    capped backoff for as long as it lasts. Any other exception means some
-    item is bad: the batch is retried one item at a time and each item that
-    still fails goes to memory.dlq with its reason (InvalidEvent's own,
-    `store_rejected`, or `processing_error`). Handlers are idempotent, so the
-    retried items that had already succeeded do no harm.
+    An outage (agents/outage.py: a store unavailable, or Kafka not taking
+    what the handler produces) is waited out: the same batch is retried,
+    uncommitted, with capped backoff for as long as it lasts. Any other
+    exception means some item is bad: the batch is retried one item at a
+    time and each item that still fails goes to memory.dlq with its reason
+    (InvalidEvent's own, `store_rejected`, or `processing_error`). Handlers
+    are idempotent, so the retried items that had already succeeded do no harm.
     """
-    delay = first_delay
-    while True:
-        try:
-            await handle([value for _, value in items])
+    values = [value for _, value in items]
+    try:
+        await outlasting(
+            lambda: handle(values),
+            stage=stage,
+            what="store or broker",
+            first_delay=first_delay,
+            max_delay=max_delay,
+            failed=len(items),
+        )
+        return
+    except Exception as exc:
+        metrics.STAGE_ERRORS.labels(stage=stage).inc(len(items))
+        if len(items) > 1:
+            for item in items:
+                await deliver([item], handle, dlq, stage, first_delay, max_delay)
             return
-        except StoreUnavailable as exc:
-            metrics.STAGE_ERRORS.labels(stage=stage).inc(len(items))
-            log.warning("%s: store unavailable, retrying in %.1fs: %s", stage, delay, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, max_delay)
-        except Exception as exc:
-            metrics.STAGE_ERRORS.labels(stage=stage).inc(len(items))
-            if len(items) > 1:
-                for item in items:
-                    await deliver([item], handle, dlq, stage, first_delay, max_delay)
-                return
-            if not isinstance(exc, InvalidEvent):
-                log.exception("%s: poison event sent to the DLQ", stage)
-            await dlq.send(items[0][0], stage=stage, reason=_dead_letter_reason(exc), error=repr(exc))
-            return
+        if not isinstance(exc, InvalidEvent):
+            log.exception("%s: poison event sent to the DLQ", stage)
+        await dlq.send(items[0][0], stage=stage, reason=_dead_letter_reason(exc), error=repr(exc))
+
+
+async def take_batches(stream: Any, size: int, within: float) -> AsyncIterator[list[Any]]:
+    """`stream.take_events(size, within)`, each batch acknowledged only once the caller has finished with it.
+
+    Faust's take_events acknowledges a batch in a `finally`, so a body that
+    raises, or a task cancelled while a batch waits out an outage (a
+    SIGTERM), would have that batch's offsets committed with its work
+    undone. A message is acknowledged when its reference count (one per
+    stream reading it, counted by Faust's conductor) drops to zero: holding
+    one more reference while the caller works leaves that `finally` one
+    short. The hold is dropped only when the caller asks for the next batch,
+    i.e. once every effect of this one is durable (deliver returns only then).
+    """
+    async for events in stream.take_events(size, within=within):
+        for event in events:
+            event.message.incref()
+        yield events
+        for event in events:
+            event.message.decref()
+
+
+async def consume_batches(
+    stream: Any,
+    size: int,
+    within: float,
+    process: Callable[[list[Any]], Awaitable[None]],
+    *,
+    stage: str,
+    max_delay: float,
+) -> None:
+    """Batches of `stream` to `process`, one at a time, each acknowledged once `process` returned.
+
+    An exception escaping `process` is neither an outage (waited out inside)
+    nor bad data (dead-lettered inside): a bug. The batch is processed again
+    after a backoff, for as long as it fails, and stays unacknowledged
+    meanwhile; taking the next batch instead could commit the partition's
+    offset past this one. A worker stopped meanwhile leaves it to the next.
+    """
+    async for events in take_batches(stream, size, within):
+        await outlasting(
+            functools.partial(process, events),
+            stage=stage,
+            what=f"a batch of {len(events)}",
+            max_delay=max_delay,
+            failed=len(events),
+            retry=lambda _: True,
+        )
 
 
 async def consume_parsed(
@@ -120,8 +169,12 @@ async def consume_parsed(
     within: float,
     max_delay: float,
 ) -> None:
-    """Batches of a stream read by `read`: what does not read is dead-lettered, the rest delivered to `handle`."""
-    async for events in stream.take_events(size, within=within):
+    """Batches of a stream read by `read`: what does not read is dead-lettered, the rest delivered to `handle`.
+
+    A batch's offsets are committed once its dead letters and its handling are durable (`consume_batches`).
+    """
+
+    async def process(events: list[Any]) -> None:
         with span(stage, len(events)):
             batch = []
             for event in events:
@@ -131,6 +184,8 @@ async def consume_parsed(
                     await dlq.send(event, stage=stage, reason=exc.reason, error=exc.message)
             if batch:
                 await deliver(batch, handle, dlq, stage, max_delay=max_delay)
+
+    await consume_batches(stream, size, within, process, stage=stage, max_delay=max_delay)
 
 
 def batched_agent(
@@ -147,14 +202,16 @@ def batched_agent(
 ) -> None:
     """Register an agent that parses batches of `model` and hands valid ones to `handle`."""
     metrics.DLQ.labels(stage=stage, reason="schema_violation")
-    dlq = DeadLetters(dlq_topic, settings.max_message_bytes)
     max_delay = settings.retry_max_backoff
+    dlq = DeadLetters(dlq_topic, settings.max_message_bytes, max_delay=max_delay)
+
+    async def process(events: list[Any]) -> None:
+        with span(stage, len(events)):
+            batch = await parse_or_dlq(events, model, dlq, stage)
+            if batch:
+                await deliver(batch, handle, dlq, stage, max_delay=max_delay)
 
     async def run(stream: Any) -> None:
-        async for events in stream.take_events(size, within=within):
-            with span(stage, len(events)):
-                batch = await parse_or_dlq(events, model, dlq, stage)
-                if batch:
-                    await deliver(batch, handle, dlq, stage, max_delay=max_delay)
+        await consume_batches(stream, size, within, process, stage=stage, max_delay=max_delay)
 
     app.agent(source, name=stage)(run)

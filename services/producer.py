@@ -20,9 +20,9 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -38,6 +38,7 @@ TURNS_TOPIC = topics.TURNS
 _QUEUE_MESSAGES = 500_000
 _POLL_SECONDS = 0.1
 _FULL_QUEUE_WAIT = 0.005
+R = TypeVar("R")
 
 
 class ProduceFailed(MemstreamError):
@@ -181,13 +182,16 @@ def _settle(future: asyncio.Future[Delivered], error: KafkaError | None, message
         future.set_result(Delivered(partition=int(message.partition() or 0), offset=int(message.offset() or 0)))
 
 
-async def acknowledged(pending: Sequence[asyncio.Future[Delivered]]) -> list[Delivered]:
-    """Every acknowledgement, or the first failure once all have settled (no exception is left unretrieved)."""
+async def acknowledged(pending: Sequence[Awaitable[R]]) -> list[R]:
+    """Every acknowledgement, or the first failure once all have settled (no exception is left unretrieved).
+
+    For any producer's delivery futures: librdkafka's here, Faust's in the stages.
+    """
     results = await asyncio.gather(*pending, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return [r for r in results if isinstance(r, Delivered)]
+    failed = next((r for r in results if isinstance(r, BaseException)), None)
+    if failed is not None:
+        raise failed
+    return cast(list[R], results)
 
 
 class TurnProducer:

@@ -19,7 +19,7 @@ import faust
 
 from agents.dlq import DeadLetters
 from agents.questions import question_candidates
-from agents.stage import deliver, forward, parse_or_dlq, span
+from agents.stage import consume_batches, deliver, forward, parse_or_dlq, span
 from agents.summarizer.candidates import EXTRACTOR, candidate_for
 from agents.summarizer.extractive import summarize
 from agents.summarizer.llm import LLM_INVALID_OUTPUT, LlmPath
@@ -52,11 +52,14 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
             questions = await asyncio.to_thread(question_candidates, chunk)
             await forward(topics.candidates, STAGE, memories + questions)
 
+    async def summarize_one(events: list[Any]) -> None:
+        with span(STAGE, len(events)):
+            parsed = await parse_or_dlq(events, EvictedChunk, dlq, STAGE)
+            items = [(ev, (ev, chunk)) for ev, chunk in parsed]
+            await deliver(items, summarize_chunks, dlq, STAGE, max_delay=s.retry_max_backoff)
+
     async def summarizer(stream: Any) -> None:
-        async for event in stream.events():
-            with span(STAGE, 1):
-                parsed = await parse_or_dlq([event], EvictedChunk, dlq, STAGE)
-                items = [(ev, (ev, chunk)) for ev, chunk in parsed]
-                await deliver(items, summarize_chunks, dlq, STAGE, max_delay=s.retry_max_backoff)
+        # One chunk at a time, acknowledged once its episode is on memory.candidates.
+        await consume_batches(stream, 1, 1.0, summarize_one, stage=STAGE, max_delay=s.retry_max_backoff)
 
     app.agent(topics.evicted, name="summarizer")(summarizer)
