@@ -125,6 +125,8 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     ):  # zero series: increase() counts the first
         metrics.DLQ.labels(stage=STAGE, reason=reason)
     metrics.ARCHIVE_SKIPPED.labels(reason="forgotten")
+    for reason in ("budget", "hits"):
+        metrics.RULES_STOPPED.labels(reason=reason)
     # The default's window archives what it accepts; a generation's reads the archive
     # (agents/window/archived.py) and must not archive its input again.
     keys = rt.open_keys()
