@@ -37,7 +37,7 @@ _STOP_ENTITIES = frozenset(
 # A run-on "sentence" (a paste with no full stops) is read in clauses of at most this many characters.
 MAX_CLAUSE_CHARS = 600
 # More distinct preferences than this in one turn is a list or a paste, not a user telling what they like.
-MAX_PREFERENCES = 20
+MAX_PREFERENCES = 32
 # Wall time one turn's extraction may take; the worst turn at the content limit needs well under it.
 BUDGET_SECONDS = 0.5
 
