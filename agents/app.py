@@ -29,6 +29,8 @@ from services.config import Settings
 from services.kafka_auth import faust_credentials
 from services.runtime import Runtime
 
+PRODUCER_BATCH_BYTES = 512 * 1024
+
 # Each stage's agents (modules with an `agent` that registers them), by stage name.
 STAGES: dict[str, tuple[ModuleType, ...]] = {
     "window": (window,),
@@ -64,6 +66,9 @@ def stage_app(settings: Settings, stage: str) -> faust.App:
         broker_heartbeat_interval=1.0,
         broker_rebalance_timeout=settings.group_session_timeout,
         producer_acks=-1,
+        # aiokafka's 16 KiB default holds two memory.changes messages: a 256-change batch became
+        # ~128 produce batches, each an object in the embedded log. Under the broker's message limit.
+        producer_max_batch_size=PRODUCER_BATCH_BYTES,
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,
         loghandlers=[],
