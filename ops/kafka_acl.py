@@ -583,10 +583,20 @@ def parse_api_versions(body: bytes) -> dict[int, tuple[int, int]]:
     return found
 
 
+# Client telemetry (GetTelemetrySubscriptions, PushTelemetry): librdkafka asks on every connection when the broker
+# lists it, and a producer's or subscriber's request the gate does not read closes the connection; nobody needs it.
+UNADVERTISED = frozenset({71, 72})
+
+
 def advertised(broker: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
-    """The broker's versions, capped where the gate reads the request; an API whose cap is below its minimum goes."""
+    """The broker's versions, capped where the gate reads the request; an API whose cap is below its minimum goes.
+
+    Client telemetry is not listed (UNADVERTISED).
+    """
     capped = {}
     for key, (low, high) in broker.items():
+        if key in UNADVERTISED:
+            continue
         high = min(high, PARSED_MAX.get(key, high))
         if high >= low:
             capped[key] = (low, high)

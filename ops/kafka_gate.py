@@ -261,7 +261,9 @@ class Gate:
                     write_frame(up_writer, without_auto_create(frame, request))
                     await up_writer.drain()
                 elif verdict.reply is not None:
-                    log.warning("refused %s %r: request %d for %s", role, user, request.api_key, request.topics)
+                    topics = [name for name, _ in request.topics]
+                    what = f"request {request.api_key} for topics {topics} groups {request.groups}"
+                    log.warning("refused %s %r: %s", role, user, what)
                     await answers.put(verdict.reply)
 
         async def responses() -> None:

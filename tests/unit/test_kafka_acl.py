@@ -472,8 +472,8 @@ def test_a_refused_flexible_produce_and_fetch_decode_by_the_protocol_specs() -> 
 
 
 def test_api_versions_are_the_brokers_capped_where_the_gate_reads_requests() -> None:
-    broker_answer = struct.pack(">hi", 0, 3) + struct.pack(">hhh", 0, 0, 13) + struct.pack(">hhh", 1, 4, 17)
-    broker_answer += struct.pack(">hhh", 21, 0, 2)
+    broker_answer = struct.pack(">hi", 0, 4) + struct.pack(">hhh", 0, 0, 13) + struct.pack(">hhh", 1, 4, 17)
+    broker_answer += struct.pack(">hhh", 21, 0, 2) + struct.pack(">hhh", 71, 0, 0)  # 71: client telemetry, dropped
     apis = advertised(parse_api_versions(broker_answer))
     assert apis == {0: (0, 12), 1: (4, 12), 21: (0, 2)}
     for version, cls in [
