@@ -68,9 +68,7 @@ UNBOUND = (
 )
 TENANT_ARG, USER_ARG = "tenant_id", "user_id"
 
-TenantArg = Annotated[
-    str | None, Field(description="Tenant; default: the server's --tenant, else the API key's tenant")
-]
+TenantArg = Annotated[str | None, Field(description="Tenant; default: the server's --tenant")]
 UserArg = Annotated[str | None, Field(description="User whose memory it is; default: the server's --user")]
 
 
@@ -90,10 +88,12 @@ class ToolScope:
             return frozenset({TENANT_ARG, USER_ARG})
         return frozenset({TENANT_ARG}) if self.tenant_id is not None else frozenset()
 
-    def of_call(self, tenant_id: str | None, user_id: str | None) -> tuple[str | None, str]:
-        """(tenant, user) of a call; tenant None: the API key's own (an operator key is then refused by the API)."""
+    def of_call(self, tenant_id: str | None, user_id: str | None) -> tuple[str, str]:
+        """(tenant, user) of a call: the bound ones, or with `--allow-any-user` what the call names."""
         tenant = tenant_id if TENANT_ARG not in self.hidden and tenant_id else self.tenant_id
         user = user_id if USER_ARG not in self.hidden and user_id else self.user_id
+        if not tenant:
+            raise ToolError("no tenant: pass tenant_id, or start the server with --tenant (MEMSTREAM_MCP_TENANT)")
         if not user:
             raise ToolError("no user: pass user_id, or start the server with --user (MEMSTREAM_MCP_USER)")
         return tenant, user
@@ -130,11 +130,6 @@ def offered(tool: Tool, hidden: frozenset[str]) -> Tool:
         parameters=[p for p in sig.parameters.values() if p.name not in hidden]
     )
     return bound
-
-
-def _with_tenant(fields: dict[str, Any], tenant: str | None) -> dict[str, Any]:
-    """A request names its tenant only when one is bound or chosen; else the API takes the key's."""
-    return fields if tenant is None else {TENANT_ARG: tenant, **fields}
 
 
 class Memory(BaseModel):
@@ -257,7 +252,7 @@ def build_server(settings: Settings) -> MCPServer:
         session_id: Annotated[str | None, Field(description="The current session, if you know it")] = None,
     ) -> Recalled:
         tenant, user = scope.of_call(tenant_id, user_id)
-        body = _with_tenant({"user_id": user, "query": query, "top_k": top_k}, tenant)
+        body: dict[str, Any] = {"tenant_id": tenant, "user_id": user, "query": query, "top_k": top_k}
         if session_id:
             body["session_id"] = session_id
         found = await api.call(key_for(ctx), "POST", "/v1/recall", body=body)
@@ -276,7 +271,7 @@ def build_server(settings: Settings) -> MCPServer:
         offset: Annotated[int, Field(ge=0)] = 0,
     ) -> Listed:
         tenant, user = scope.of_call(tenant_id, user_id)
-        params: dict[str, str | int | bool] = _with_tenant({"limit": limit, "offset": offset}, tenant)
+        params: dict[str, str | int | bool] = {"tenant_id": tenant, "limit": limit, "offset": offset}
         params.update({k: v for k, v in (("type", type), ("status", status)) if v})
         found = await api.call(key_for(ctx), "GET", f"/v1/users/{_segment(user)}/memories", params=params)
         return Listed(memories=[_memory(m) for m in found["memories"]])
@@ -293,7 +288,7 @@ def build_server(settings: Settings) -> MCPServer:
         wait: Annotated[bool, Field(description="Answer once the memory is readable (else once accepted)")] = True,
     ) -> Command:
         tenant, user = scope.of_call(tenant_id, user_id)
-        body = _with_tenant({"text": text, "type": type}, tenant)
+        body = {"tenant_id": tenant, "text": text, "type": type}
         path = f"/v1/users/{_segment(user)}/memories"
         answer = await api.call(key_for(ctx), "POST", path, params={"wait": wait}, body=body)
         return Command.model_validate(answer)
@@ -308,7 +303,7 @@ def build_server(settings: Settings) -> MCPServer:
     ) -> Command:
         tenant, user = scope.of_call(tenant_id, user_id)
         path = f"/v1/users/{_segment(user)}/memories/{_segment(memory_id)}"
-        answer = await api.call(key_for(ctx), "DELETE", path, params=_with_tenant({"wait": wait}, tenant))
+        answer = await api.call(key_for(ctx), "DELETE", path, params={"tenant_id": tenant, "wait": wait})
         return Command.model_validate(answer)
 
     return server

@@ -205,9 +205,9 @@ async def test_allow_any_user_lets_the_model_choose_within_what_the_key_reaches(
     async with stdio(env) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert {"tenant_id", "user_id"} <= set(tools["list_memories"].input_schema["properties"])
-        mine = structured(await client.call_tool("list_memories", {"user_id": USER}))
+        mine = structured(await client.call_tool("list_memories", {"tenant_id": TENANT, "user_id": USER}))
         assert {m["id"] for m in mine["memories"]} == set(seeded.values())
-        neighbour = structured(await client.call_tool("list_memories", {"user_id": NEIGHBOUR}))
+        neighbour = structured(await client.call_tool("list_memories", {"tenant_id": TENANT, "user_id": NEIGHBOUR}))
         assert [m["id"] for m in neighbour["memories"]] == [others[TENANT]]
         other_tenant = await client.call_tool("list_memories", {"tenant_id": VICTIM_TENANT, "user_id": VICTIM})
         assert other_tenant.is_error

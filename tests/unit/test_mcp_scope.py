@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mcp.server.mcpserver.exceptions import ToolError
 
 from services.config import Settings
 from services.errors import ConfigError
@@ -53,7 +54,9 @@ def test_a_bound_scope_ignores_whatever_a_call_names() -> None:
     assert bound.of_call("other-tenant", "other-user") == ("t", "u")
     chosen = ToolScope("t", None, any_user=True)
     assert chosen.of_call("other-tenant", "v") == ("t", "v")
-    assert ToolScope(None, None, any_user=True).of_call(None, "v") == (None, "v")
+    assert ToolScope(None, None, any_user=True).of_call("t2", "v") == ("t2", "v")
+    with pytest.raises(ToolError, match="no tenant"):
+        ToolScope(None, None, any_user=True).of_call(None, "v")
 
 
 def test_the_scope_comes_from_configuration() -> None:
