@@ -118,7 +118,7 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
         try:
             self.payload_hash = self.verifier.check(self.command, self.path, self.headers.items(), time.time())
         except SignatureError as refused:
-            log.warning("refused %s %s from %s: %s", self.command, self.path[:200], self.client_address[0], refused)
+            log.warning("refused %s %r from %s: %s", self.command, self.path[:200], self.client_address[0], refused)
             self._send_error(localbucket.S3Error(HTTPStatus.FORBIDDEN, refused.code, refused.message))
             return
         super()._dispatch(action)

@@ -22,6 +22,7 @@ from prometheus_client import start_http_server
 
 from agents.app import build_apps
 from agents.stages import INDEX_STAGE, STAGE_NAMES
+from services.api.server import server_config
 from services.api.serving import read_service
 from services.config import Settings
 from services.runtime import Runtime
@@ -85,12 +86,6 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
-def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
-    return uvicorn.Config(
-        app, host=settings.http_host, port=settings.http_port, log_level="warning", access_log=False, lifespan="off"
-    )
-
-
 class _Worker(faust.Worker):
     """Closes the stores last: after the app, and so every agent, has stopped.
 
@@ -144,7 +139,7 @@ def run_worker(settings: Settings, *, with_api: bool, stages: Sequence[str] = ST
     worker.loop.run_until_complete(runtime.start(with_index=with_api or INDEX_STAGE in stages))
 
     api, serving = read_service(runtime) if with_api else (None, None)
-    server = _EmbeddedServer(_uvicorn_config(api, settings)) if api is not None else None
+    server = _EmbeddedServer(server_config(api, settings)) if api is not None else None
     if server is not None and serving is not None:
 
         @app.task  # type: ignore[untyped-decorator]
@@ -174,7 +169,7 @@ def run_api(settings: Settings) -> None:
         await runtime.start()
         api, serving = read_service(runtime)
         _tune_interpreter(settings)
-        server = uvicorn.Server(_uvicorn_config(api, settings))
+        server = uvicorn.Server(server_config(api, settings))
         follower = asyncio.create_task(serving.follow(settings.generation_refresh_seconds))
         try:
             await server.serve()

@@ -1,8 +1,9 @@
 """FastAPI application factory. Every memory route takes tenant and user.
 
 Layers, outermost first: RequestContext (request id, counts, last-resort
-500) → BodyLimit (413) → Deadline (/v1 only, 503) → FastAPI's exception
-handlers (services/api/errors.py) → routes, whose bodies are strict JSON
+500) → KeyFirst (/v1 only, 401 before the body is read) → BodyLimit (413)
+→ Deadline (/v1 only, 503) → FastAPI's exception handlers
+(services/api/errors.py) → routes, whose bodies are strict JSON
 (services/api/jsonbody.py) and whose ids are checked (services/api/models.py).
 """
 
@@ -24,7 +25,7 @@ from services.api.auth import install as install_auth
 from services.api.health import Readiness
 from services.api.ingest import router as ingest_router
 from services.api.jsonbody import StrictJsonRoute
-from services.api.limits import BodyLimit, Deadline, RequestContext, request_budget
+from services.api.limits import BodyLimit, Deadline, KeyFirst, RequestContext, request_budget
 from services.api.memory_routes import memory_router
 from services.api.models import (
     Health,
@@ -68,7 +69,7 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     app.state.access_marks = access
     app.router.route_class = StrictJsonRoute
     errors.install(app)
-    install_auth(app, settings, rt.pg)  # before any route: every /v1 route needs an API key
+    gate = install_auth(app, settings, rt.pg)  # before any route: every /v1 route needs an API key
     # add_middleware puts each new layer outside the previous ones.
     app.add_middleware(
         Deadline,
@@ -78,6 +79,7 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
         ),
     )
     app.add_middleware(BodyLimit, max_bytes=settings.http_max_body_bytes)
+    app.add_middleware(KeyFirst, gate=gate, seconds=settings.http_request_timeout)
     app.add_middleware(RequestContext)
     weights = Weights.from_settings(settings)
     app.include_router(ingest_router(settings))

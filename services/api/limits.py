@@ -1,8 +1,9 @@
-"""Pure ASGI middleware: request ids and the last-resort 500, the body cap, the per-request deadline.
+"""Pure ASGI middleware: request ids and the last-resort 500, the key before the body, the body cap, the
+per-request deadline.
 
 Pure ASGI rather than `@app.middleware("http")`: these must see every
-message, answer before the app has read anything (413) and walk away from a
-handler stuck on a store (503) without waiting for it to unwind.
+message, answer before the app has read anything (401, 413) and walk away
+from a handler stuck on a store (503) without waiting for it to unwind.
 """
 
 from __future__ import annotations
@@ -11,20 +12,24 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from urllib.parse import parse_qs
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services import metrics
+from services.api.auth import AuthGate, protected
 from services.api.errors import (
     INTERNAL,
     REQUEST_ID_HEADER,
     REQUEST_ID_KEY,
+    UNAVAILABLE,
     error_response,
     request_id,
     unavailable,
 )
+from services.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +82,57 @@ class RequestContext:
                 metrics.HTTP_REQUESTS.labels(route=route, status=str(status)).inc()
 
 
+def _announces_body(scope: Scope) -> bool:
+    length = _header(scope, b"content-length")
+    return _header(scope, b"transfer-encoding") is not None or (
+        length is not None and length.strip() not in (b"", b"0")
+    )
+
+
+def _refuse_unread(scope: Scope, status: int, message: str, headers: Mapping[str, str] | None = None) -> ASGIApp:
+    """An answer given before the body was read: the connection then closes, so the server reads no more of it
+    either (kept alive, uvicorn would read and drop the rest of the body, however long)."""
+    closing = {"connection": "close"} if _announces_body(scope) else {}
+    return error_response(status, message, headers={**(headers or {}), **closing}, retry_after=status == 503)
+
+
+class KeyFirst:
+    """`/v1` requests without a valid API key get 401 before a byte of their body is read.
+
+    Outside BodyLimit, which reads whole bodies (1 MiB by default) before
+    the app, and so before the key check in services/api/auth.py, runs:
+    there, anyone could make the service read and hold a megabyte per
+    request. Here the key is checked from the headers alone, by the app's
+    own gate (same answers, same counts, its cache); until then only what
+    uvicorn buffers on its own is read (its flow control pauses reading at
+    64 KiB of unread body). A key the gate cannot check within `seconds`
+    (Postgres down) gets the 503 the route would have given.
+    """
+
+    def __init__(self, app: ASGIApp, gate: AuthGate, seconds: float) -> None:
+        self.app = app
+        self.gate = gate
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not protected(str(scope.get("path", ""))):
+            await self.app(scope, receive, send)
+            return
+        presented = _header(scope, b"authorization")
+        try:
+            await asyncio.wait_for(
+                self.gate.principal(presented.decode("latin-1") if presented else None), self.seconds
+            )
+        except HTTPException as refused:
+            await _refuse_unread(scope, refused.status_code, str(refused.detail), refused.headers)(scope, receive, send)
+            return
+        except (StoreError, TimeoutError) as exc:
+            log.warning("request %s: API key not checked: %r", request_id(scope), exc)
+            await _refuse_unread(scope, 503, UNAVAILABLE)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 class BodyLimit:
     """Bodies over `max_bytes` get 413 before the app sees them.
 
@@ -90,8 +146,8 @@ class BodyLimit:
         self.app = app
         self.max_bytes = max_bytes
 
-    def _too_large(self) -> ASGIApp:
-        return error_response(413, f"request body larger than {self.max_bytes} bytes")
+    def _too_large(self, scope: Scope) -> ASGIApp:
+        return _refuse_unread(scope, 413, f"request body larger than {self.max_bytes} bytes")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -99,7 +155,7 @@ class BodyLimit:
             return
         declared = _header(scope, b"content-length")
         if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
-            await self._too_large()(scope, receive, send)
+            await self._too_large(scope)(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -110,7 +166,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._too_large()(scope, receive, send)
+                await self._too_large(scope)(scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

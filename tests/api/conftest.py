@@ -24,6 +24,7 @@ from fastapi import FastAPI
 
 from services.api.app import create_app
 from services.api.health import Readiness
+from services.api.server import server_config
 from services.auth import ApiKey, KeyStore, Role, load_secret
 from services.config import Settings
 from services.runtime import Runtime
@@ -59,13 +60,7 @@ class ServerThread(threading.Thread):
         await rt.start()
         self.rt = rt
         self.loop = asyncio.get_running_loop()
-        config = uvicorn.Config(
-            create_app(rt, Readiness(rt)),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=5,
-        )
+        config = server_config(create_app(rt, Readiness(rt)), self.settings, timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(config)
         try:
             await self.server.serve(sockets=[self.sock])
