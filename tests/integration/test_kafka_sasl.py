@@ -26,7 +26,12 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import GroupAuthorizationFailedError, KafkaError, TopicAuthorizationFailedError
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    KafkaError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import KafkaError as KafkaError_
 from confluent_kafka import TopicPartition as CkTopicPartition
@@ -393,6 +398,18 @@ async def test_a_producer_cannot_read_any_topic_nor_create_one(roles: Roles) -> 
     finally:
         await admin.close()
     assert "made-by-a-producer" not in await _topic_names(roles.worker)
+
+
+async def test_a_producers_metadata_request_cannot_create_a_topic(roles: Roles) -> None:
+    """tansu creates a topic any Metadata request names with auto-creation on (aiokafka's default): not for a producer."""
+    producer = AIOKafkaProducer(bootstrap_servers=roles.producer.kafka_bootstrap, **aiokafka_kwargs(roles.producer))
+    await producer.start()
+    try:
+        with pytest.raises(UnknownTopicOrPartitionError):  # not created: the broker says it does not exist
+            await producer.send_and_wait("made-by-metadata", b"x")
+    finally:
+        await producer.stop()
+    assert "made-by-metadata" not in await _topic_names(roles.worker)
 
 
 async def _topic_names(settings: Settings) -> set[str]:
