@@ -201,6 +201,9 @@ def test_the_export_holds_the_users_memories_with_history_turns_and_sessions(
     response = api.client.get(f"{users(user)}/export", params={"tenant_id": TENANT})
     assert response.status_code == 200
     doc = ExportDocument.model_validate(response.json())
+    # Streamed (no length known up front), and byte for byte the document as response_model serialized it.
+    assert response.headers.get("transfer-encoding") == "chunked"
+    assert response.content == doc.model_dump_json(by_alias=True).encode()
     assert (doc.format, doc.tenant_id, doc.user_id) == (EXPORT_FORMAT, TENANT, user)
     assert {m.id: m.status for m in doc.memories} == {
         held["old"].id: MemoryStatus.SUPERSEDED,
