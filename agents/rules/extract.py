@@ -1,12 +1,13 @@
 """Inline extraction without an LLM: keyed facts and preferences from one turn.
 
 Bounded whatever the turn: every rule pattern is linear in the text's length
-(agents/rules/patterns.py), preferences are read clause by clause with each
-clause at most MAX_CLAUSE_CHARS, a turn yields at most MAX_PREFERENCES of
-them, and extract() stops at its time budget (counted in
-memstream_rules_stopped_total). The budget is a backstop: the worst turns
-found take a fraction of it (tests/bench/rules_worst.py); a turn cut short
-keeps the hits found so far.
+(agents/rules/patterns.py), facts are searched window by window and
+preferences clause by clause (each one regex call over a bounded length, so
+a worker thread running this holds the GIL for milliseconds at a time, never
+for a turn), a turn yields at most MAX_PREFERENCES preferences, and
+extract() stops at its time budget (counted in memstream_rules_stopped_total).
+The budget is a backstop: the worst turns found take a fraction of it
+(tests/bench/rules_worst.py); a turn cut short keeps the hits found so far.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ _STOP_ENTITIES = frozenset(
 MAX_CLAUSE_CHARS = 600
 # More distinct preferences than this in one turn is a list or a paste, not a user telling what they like.
 MAX_PREFERENCES = 32
+# Facts are searched in windows of WINDOW_CHARS, each reaching WINDOW_OVERLAP further: more than any rule's
+# match spans plus what its lookahead reads (a unit test checks), so windows find what one search would.
+WINDOW_CHARS = 4096
+WINDOW_OVERLAP = 512
 # Wall time one turn's extraction may take; the worst turn at the content limit needs well under it.
 BUDGET_SECONDS = 0.5
 
@@ -98,13 +103,30 @@ def _clean(value: str) -> str:
     return value.strip(" .,!?;:'\"").strip()
 
 
+def first_match(pattern: re.Pattern[str], text: str, deadline: Deadline | None = None) -> re.Match[str] | None:
+    """`pattern.search(text)`, one window at a time; None once `deadline` passes.
+
+    A search from `start` sees the text before it (lookbehinds, `\b`), and a
+    match starting in a window ends inside its overlap, so the first window
+    with a match starting in it gives the whole text's first match.
+    """
+    for start in range(0, len(text), WINDOW_CHARS):
+        if deadline is not None and deadline.over():
+            return None
+        end = min(start + WINDOW_CHARS + WINDOW_OVERLAP, len(text))
+        match = pattern.search(text, start, end)
+        if match is not None and (match.start() < start + WINDOW_CHARS or end == len(text)):
+            return match
+    return None
+
+
 def extract_facts(text: str, deadline: Deadline | None = None) -> list[Extraction]:
     """The first hit of each rule, one per (category, key); rules in table order until `deadline`."""
     out: dict[tuple[str, str], Extraction] = {}
     for rule in FACT_RULES:
-        if deadline is not None and deadline.over():
+        match = first_match(rule.pattern, text, deadline)
+        if deadline is not None and deadline.passed:
             break
-        match = rule.pattern.search(text)
         if match is None:
             continue
         fields = {k: _clean(v) for k, v in match.groupdict().items() if v}

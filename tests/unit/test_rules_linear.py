@@ -20,7 +20,16 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from agents.rules.candidates import candidates_for_turn
-from agents.rules.extract import MAX_CLAUSE_CHARS, MAX_PREFERENCES, clauses, extract, extract_preferences
+from agents.rules.extract import (
+    MAX_CLAUSE_CHARS,
+    MAX_PREFERENCES,
+    WINDOW_CHARS,
+    WINDOW_OVERLAP,
+    clauses,
+    extract,
+    extract_preferences,
+    first_match,
+)
 from agents.rules.patterns import FACT_RULES, NEGATIVE_CUES, PREFERENCE_CUES
 from tests.bench.rules_worst import rule_patterns
 from tests.factories import turn_event
@@ -66,6 +75,57 @@ def test_every_rule_pattern_repeats_a_bounded_number_of_times(name: str) -> None
     tree = sre_parse.parse(RULE_PATTERNS[name].pattern, RULE_PATTERNS[name].flags)
     unbounded = [r for r in _repeats(tree) if r[1] == sre.MAXREPEAT or r[1] > 100]
     assert unbounded == []
+
+
+def _lookaheads(tree: Any) -> Iterator[Any]:
+    """Every lookahead's subpattern, positive or negative, nested ones included: what a match reads past its end."""
+    for op, arg in tree:
+        if op in (sre.ASSERT, sre.ASSERT_NOT) and arg[0] == 1:
+            yield arg[1]
+        for sub in arg if isinstance(arg, tuple | list) else ():
+            if isinstance(sub, sre_parse.SubPattern):
+                yield from _lookaheads(sub)
+            elif isinstance(sub, list):
+                for branch in sub:
+                    if isinstance(branch, sre_parse.SubPattern):
+                        yield from _lookaheads(branch)
+
+
+@pytest.mark.parametrize("rule", FACT_RULES, ids=lambda r: f"{r.category}/{r.key}")
+def test_a_window_overlap_holds_any_match_and_what_its_lookaheads_read(rule: Any) -> None:
+    tree = sre_parse.parse(rule.pattern.pattern, rule.pattern.flags)
+    reads_past = max((a.getwidth()[1] for a in _lookaheads(tree)), default=0)
+    assert tree.getwidth()[1] + reads_past + 1 < WINDOW_OVERLAP  # + 1: a trailing \b reads one more
+
+
+_MATCHES = (
+    "My name is Ana Lopez.",
+    "I moved from New York after ten years to Berlin, Germany and",
+    "I speak English, Spanish, French and German",
+    "I work as a data engineer at night because",
+    "I have two kids",
+)
+
+
+@pytest.mark.parametrize("said", _MATCHES)
+def test_windows_find_what_one_search_finds_at_every_window_boundary(said: str) -> None:
+    for shift in range(-len(said) - 2, 3):
+        text = "x" * (WINDOW_CHARS + shift) + " " + said + " and more " * 40
+        for rule in FACT_RULES:
+            whole, windowed = rule.pattern.search(text), first_match(rule.pattern, text)
+            assert (whole and whole.span(), whole and whole.groupdict()) == (
+                windowed and windowed.span(),
+                windowed and windowed.groupdict(),
+            )
+
+
+@settings(max_examples=40, deadline=None)
+@given(parts=st.lists(st.sampled_from((*_MATCHES, "x" * 1500, "Aa " * 300, " " * 700, "word. ")), max_size=12))
+def test_windows_find_what_one_search_finds(parts: list[str]) -> None:
+    text = " ".join(parts)
+    for rule in FACT_RULES:
+        whole, windowed = rule.pattern.search(text), first_match(rule.pattern, text)
+        assert (whole and whole.span()) == (windowed and windowed.span())
 
 
 @pytest.mark.parametrize("name", sorted(WORST))
