@@ -14,7 +14,7 @@ from services.textutil import content_hash, stable_id
 from tests.user_rows import rows_naming
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
-USER_TABLES = {"applied_commands", "memories", "session_summaries", "sessions", "turns"}
+USER_TABLES = {"applied_commands", "memories", "memory_centroids", "session_summaries", "sessions", "turns"}
 
 
 def memory(tenant: str, user: str, text: str, status: MemoryStatus = MemoryStatus.ACTIVE) -> MemoryRecord:
