@@ -402,7 +402,9 @@ async def test_a_producer_cannot_read_any_topic_nor_create_one(roles: Roles) -> 
 
 async def test_a_producers_metadata_request_cannot_create_a_topic(roles: Roles) -> None:
     """tansu creates a topic any Metadata request names with auto-creation on (aiokafka's default): not for a producer."""
-    producer = AIOKafkaProducer(bootstrap_servers=roles.producer.kafka_bootstrap, **aiokafka_kwargs(roles.producer))
+    producer = AIOKafkaProducer(
+        bootstrap_servers=roles.producer.kafka_bootstrap, request_timeout_ms=3000, **aiokafka_kwargs(roles.producer)
+    )
     await producer.start()
     try:
         with pytest.raises(UnknownTopicOrPartitionError):  # not created: the broker says it does not exist
@@ -481,6 +483,9 @@ def test_a_librdkafka_subscriber_consumes_memory_changes_in_a_group_and_is_refus
             "bootstrap.servers": gated.bootstrap,
             "group.id": f"reader-{uuid.uuid4().hex[:6]}",
             "auto.offset.reset": "earliest",
+            # With librdkafka's defaults (45 s, 300 s) the first join takes 20 s against tansu, gate or not.
+            "session.timeout.ms": 6000,
+            "max.poll.interval.ms": 10000,
             **auth,
         }
     )
