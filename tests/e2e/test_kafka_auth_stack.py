@@ -71,7 +71,7 @@ def test_the_stack_is_ready_with_every_memstream_client_authenticated(secure_sta
 
 async def test_a_chat_service_with_its_own_user_sends_a_turn_that_becomes_a_memory(secure_stack: Stack) -> None:
     added = subprocess.run(  # noqa: ASYNC221 - a CLI run before the test's first await
-        [sys.executable, "-m", "services.cli", "kafka-users", "add", "chat", "--password-stdin"],
+        [sys.executable, "-m", "services.cli", "kafka-users", "add", "chat", "--role", "producer", "--password-stdin"],
         input=CHAT_PASSWORD + "\n",
         env=secure_stack.env,
         cwd=ROOT,
