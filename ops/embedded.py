@@ -38,6 +38,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from agents.stages import INDEX_STAGE, STAGE_NAMES, without
+from ops.kafka_acl import WORKER
 from ops.s3auth import REGION as S3_REGION
 from ops.s3auth import Credentials, credentials_path, load_credentials
 from ops.scram import UserStore
@@ -213,8 +214,9 @@ def register_kafka_user(settings: Settings) -> None:
             "the embedded broker authenticates with SCRAM only: set MEMSTREAM_KAFKA_SASL_MECHANISM=SCRAM-SHA-512"
         )
     users = UserStore(kafka_users_path(settings))
-    if not users.verify(username, secret.get_secret_value()):
-        users.put(username, secret.get_secret_value())
+    # Re-registered when its role is not worker too: `kafka-users add` of this name must not break the stack.
+    if not users.verify(username, secret.get_secret_value()) or users.role(username) != WORKER:
+        users.put(username, secret.get_secret_value(), role=WORKER)
 
 
 def gate_child(settings: Settings, upstream: str, log_dir: Path) -> Child:

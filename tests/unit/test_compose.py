@@ -97,3 +97,10 @@ def test_a_generation_worker_is_optional_and_names_its_generation(services: dict
     assert follower["profiles"] == ["generation"]  # not started by a plain `docker compose up`
     assert "MEMSTREAM_GENERATION" in _env(follower)
     assert shlex.split(follower["command"]) == ["memstream", "worker"]
+
+
+def test_qdrant_requires_the_api_key_every_memstream_container_sends(services: dict[str, Any]) -> None:
+    key = "${MEMSTREAM_QDRANT_API_KEY:?"
+    assert _env(services["qdrant"])["QDRANT__SERVICE__API_KEY"].startswith(key)
+    for name in ("prestart", "worker", "generation-worker", "api"):
+        assert _env(services[name])["MEMSTREAM_QDRANT_API_KEY"].startswith(key), name

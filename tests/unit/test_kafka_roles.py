@@ -42,3 +42,22 @@ def test_an_unknown_role_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="role"):
         store.put("chat", "pw", role="admin")
     assert store.users() == {}
+
+
+def test_memstreams_own_user_is_registered_as_a_worker_again_whatever_was_stored(tmp_path: Path) -> None:
+    """`kafka-users add memstream --role producer` with the same password must not leave the stack a producer."""
+    from pydantic import SecretStr
+
+    from ops.embedded import kafka_users_path, register_kafka_user
+    from services.config import Settings
+
+    settings = Settings(
+        data_dir=tmp_path,
+        kafka_sasl_mechanism="SCRAM-SHA-512",
+        kafka_sasl_username="memstream",
+        kafka_sasl_password=SecretStr("s3cret"),
+    )
+    users = UserStore(kafka_users_path(settings))
+    users.put("memstream", "s3cret", role="producer")
+    register_kafka_user(settings)
+    assert UserStore(kafka_users_path(settings)).role("memstream") == "worker"
