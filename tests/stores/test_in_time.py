@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.consolidator.agent import consolidate
-from schemas import EmbeddedCandidate, MemoryCandidate, MemoryType, Provenance
+from schemas import EmbeddedCandidate
 from services.config import Settings
 from services.runtime import Runtime
 from services.stores.postgres import migrate
 from services.textutil import normalize, stable_id
+from tests.factories import city_fact
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -30,20 +31,12 @@ Statement = tuple[str, int]  # (city, day it was said)
 
 
 def said(user: str, city: str, day: int) -> EmbeddedCandidate:
-    c = MemoryCandidate(
-        candidate_id=stable_id("t", user, "fact", "location", "city", normalize(city)),
-        tenant_id="t",
-        user_id=user,
-        type=MemoryType.FACT,
-        text=f"User lives in {city}",
-        category="location",
-        key_name="city",
-        value=city,
-        importance=0.8,
-        confidence=0.9,
-        observed_at=T0 + day * DAY,
-        source=Provenance(session_id="s", event_ids=[f"{user}-{city}-{day}"]),
-        extractor="test",
+    c = city_fact(
+        stable_id("t", user, "fact", "location", "city", normalize(city)),
+        city,
+        T0 + day * DAY,
+        [f"{user}-{city}-{day}"],
+        user=user,
     )
     vector = [0.0, 0.0, 0.0]
     vector[CITIES.index(city)] = 1.0

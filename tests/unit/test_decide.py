@@ -5,26 +5,13 @@ import pytest
 from agents.consolidator.decide import Action, Neighbours, decide
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.textutil import stable_id
+from tests.factories import city_fact
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def candidate(value: str = "Berlin", events: tuple[str, ...] = ("e2",), cid: str = "new") -> MemoryCandidate:
-    return MemoryCandidate(
-        candidate_id=stable_id(cid),
-        tenant_id="t",
-        user_id="u",
-        type=MemoryType.FACT,
-        text=f"User lives in {value}",
-        category="location",
-        key_name="city",
-        value=value,
-        importance=0.8,
-        confidence=0.9,
-        observed_at=NOW,
-        source=Provenance(session_id="s", event_ids=list(events)),
-        extractor="test",
-    )
+    return city_fact(stable_id(cid), value, NOW, list(events))
 
 
 def record(rid: str, value: str, events: tuple[str, ...], status: MemoryStatus = MemoryStatus.ACTIVE) -> MemoryRecord:

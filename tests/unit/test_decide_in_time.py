@@ -9,9 +9,10 @@ from agents.consolidator import command_plan as plan
 from agents.consolidator.apply import merge_records, reinforced, resumed
 from agents.consolidator.decide import Action, Decision, Neighbours, decide
 from agents.consolidator.merge import candidate_wins
-from schemas import EmbeddedCandidate, MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
+from schemas import EmbeddedCandidate, MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType
 from schemas.commands import CorrectMemory
 from services.textutil import content_hash, normalize, stable_id
+from tests.factories import city_fact
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -19,21 +20,7 @@ DAY = timedelta(days=1)
 
 def said(value: str, day: int, event: str | None = None) -> MemoryCandidate:
     """ "I live in <value>" said on day `day`; its id is the rule path's: the key and the value."""
-    return MemoryCandidate(
-        candidate_id=stable_id("city", normalize(value)),
-        tenant_id="t",
-        user_id="u",
-        type=MemoryType.FACT,
-        text=f"User lives in {value}",
-        category="location",
-        key_name="city",
-        value=value,
-        importance=0.8,
-        confidence=0.9,
-        observed_at=T0 + day * DAY,
-        source=Provenance(session_id="s", event_ids=[event or f"e-{value}-{day}"]),
-        extractor="test",
-    )
+    return city_fact(stable_id("city", normalize(value)), value, T0 + day * DAY, [event or f"e-{value}-{day}"])
 
 
 def version(
