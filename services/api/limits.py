@@ -29,6 +29,7 @@ from services.api.errors import (
     request_id,
     unavailable,
 )
+from services.auth.keys import Principal
 from services.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,24 @@ class KeyFirst:
         self.app = app
         self.gate = gate
         self.seconds = seconds
+        # Checks given up at the deadline, kept until they end (the loop holds tasks weakly).
+        self._abandoned: set[asyncio.Task[Principal]] = set()
+
+    async def _principal(self, presented: str | None) -> Principal:
+        """The gate's answer within `seconds`, else TimeoutError at once.
+
+        Not asyncio.wait_for: it awaits the cancelled check, and a psycopg
+        query cancelled against a hung Postgres takes seconds more to end.
+        """
+        task = asyncio.create_task(self.gate.principal(presented))
+        done, _ = await asyncio.wait({task}, timeout=self.seconds)
+        if task in done:
+            return task.result()
+        task.cancel()
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned.discard)
+        task.add_done_callback(_retrieved)
+        raise TimeoutError
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not protected(str(scope.get("path", ""))):
@@ -120,9 +139,7 @@ class KeyFirst:
             return
         presented = _header(scope, b"authorization")
         try:
-            await asyncio.wait_for(
-                self.gate.principal(presented.decode("latin-1") if presented else None), self.seconds
-            )
+            await self._principal(presented.decode("latin-1") if presented else None)
         except HTTPException as refused:
             await _refuse_unread(scope, refused.status_code, str(refused.detail), refused.headers)(scope, receive, send)
             return
@@ -254,6 +271,12 @@ class Deadline:
         task.add_done_callback(lambda t: _log_abandoned(t, rid))
         log.warning("request %s (%s %r) exceeded %.1fs", rid, scope.get("method"), scope.get("path"), self.seconds)
         await unavailable()(scope, receive, send)
+
+
+def _retrieved(task: asyncio.Task[Principal]) -> None:
+    """Retrieve an abandoned task's outcome, so asyncio does not report it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _log_abandoned(task: asyncio.Task[None], rid: str) -> None:
