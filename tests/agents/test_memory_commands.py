@@ -169,6 +169,7 @@ async def test_forgetting_a_user_deletes_every_row_naming_them_and_publishes_no_
     assert set(rows_naming(pg_dsn, "t", "u")) == {
         "applied_commands",
         "memories",
+        "memory_centroids",  # the kept sums of the user's active embeddings
         "session_summaries",
         "sessions",
         "turns",
