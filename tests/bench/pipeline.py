@@ -7,7 +7,9 @@ stage still has the figures measured so far.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -105,8 +107,8 @@ async def replay(settings: Settings, events: list[dict[str, Any]], out: dict[str
 
 
 async def freshness(
+    settings: Settings,
     base_url: str,
-    bootstrap: str,
     rate: float,
     seconds: float,
     out: dict[str, Any],
@@ -114,19 +116,32 @@ async def freshness(
     *,
     headers: Mapping[str, str],
 ) -> None:
-    """Steady `rate` user turns/s; every `probe_every`-th probed over HTTP until recallable.
+    """Steady `rate` user turns/s; every `probe_every`-th timed from produce until recallable over HTTP.
 
-    The probes hit the process under test, so probing every turn at a tight
-    poll would mostly measure the probes.
+    A probe starts polling recall only once memory.changes carries its turn:
+    polling from the first moment made the probes a read load of their own
+    that grew with the lag it measured (at 20 turns/s, a third of the app's
+    CPU went to the probes' recalls and freshness ran away to 12 s). The
+    figure is still produce -> recalled over HTTP; the change only says when
+    asking is worth it.
     """
     run = uuid.uuid4().hex[:6]
     rng = random.Random(13)
     samples: list[float] = []
     misses = 0
+    written: dict[str, asyncio.Event] = {}
+
+    def on_change(change: dict[str, Any], _arrival: float) -> None:
+        text = str(change.get("record", {}).get("text", ""))
+        for token in re.findall(rf"zq{run}x\d+", text):
+            written.setdefault(token, asyncio.Event()).set()
 
     async def probe(user: str, text: str, token: str, started: float) -> None:
         nonlocal misses
-        took = await _until_recalled(client, user, text, token, started, poll=0.1)
+        took: float | None = None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(written.setdefault(token, asyncio.Event()).wait(), 60.0)
+            took = await _until_recalled(client, user, text, token, started, poll=0.05)
         if took is None:
             misses += 1
         else:
@@ -136,7 +151,8 @@ async def freshness(
     limits = httpx.Limits(max_connections=64)
     async with (
         httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits, headers=dict(headers)) as client,
-        TurnProducer(bootstrap) as producer,
+        TurnProducer(settings.kafka_bootstrap) as producer,
+        ChangeWatcher(settings, on_change),
     ):
         probes: list[asyncio.Task[None]] = []
         t0 = time.perf_counter()

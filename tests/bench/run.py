@@ -95,7 +95,7 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
         results,
         "freshness",
         plan.fresh_seconds + 90,
-        lambda o: pipeline.freshness(url, kafka, rate, plan.fresh_seconds, o, headers=headers),
+        lambda o: pipeline.freshness(stack_settings(stack), url, rate, plan.fresh_seconds, o, headers=headers),
     )
     # The recall figures need every seeded memory stored and indexed (and the pipeline quiet): a seed still
     # draining would share the cores with the recall load. 100,000 memories took ~370 s at ~270/s.
