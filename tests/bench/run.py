@@ -98,7 +98,7 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
         lambda o: pipeline.freshness(stack_settings(stack), url, rate, plan.fresh_seconds, o, headers=headers),
     )
     # The recall figures need every seeded memory stored and indexed (and the pipeline quiet): a seed still
-    # draining would share the cores with the recall load. 100,000 memories took ~370 s at ~270/s.
+    # draining would share the cores with the recall load. 100,000 memories took ~250 s at ~390/s.
     await _stage(
         results,
         "seed",
