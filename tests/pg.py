@@ -11,7 +11,7 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,8 @@ import psycopg
 from ops.embedded import Child, ensure_database, postgres_child, wait_until
 from services.config import Settings
 from services.pgpass import with_passfile
+from services.runtime import Runtime
+from services.stores.postgres import migrate
 
 
 @dataclass
@@ -94,3 +96,16 @@ def embedded_postgres(data_dir: Path) -> Iterator[PgServer]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.proc.pid, signal.SIGCONT)
         child.stop(signal.SIGINT)
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(data_dir: Path, dsn: str) -> AsyncIterator[Runtime]:
+    """A worker's Runtime on a migrated test database, its pool open; closed (index, pool) after."""
+    await migrate(dsn)
+    rt = Runtime.create(Settings(data_dir=data_dir, pg_dsn=dsn))
+    await rt.pg.open()
+    try:
+        yield rt
+    finally:
+        await rt.index.close()
+        await rt.pg.close()

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 from agents.consolidator.agent import consolidate
 from schemas import EmbeddedCandidate
-from services.config import Settings
 from services.runtime import Runtime
 from services.stores.postgres import migrate
 from services.textutil import normalize, stable_id
 from tests.factories import city_fact
+from tests.pg import open_runtime
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -70,9 +70,7 @@ async def arrive(rt: Runtime, user: str, batches: Sequence[Sequence[Statement]])
 
 
 async def compare(data_dir: Path, dsn: str, statements: list[Statement], order: list[int], breaks: list[bool]) -> None:
-    rt = Runtime.create(Settings(data_dir=data_dir, pg_dsn=dsn))
-    await rt.pg.open()
-    try:
+    async with open_runtime(data_dir, dsn) as rt:
         run = uuid.uuid4().hex[:8]
         in_time = sorted(statements, key=lambda s: s[1])
         await arrive(rt, f"ref-{run}", [[s] for s in in_time])
@@ -85,9 +83,6 @@ async def compare(data_dir: Path, dsn: str, statements: list[Statement], order: 
         expected = await state(rt, f"ref-{run}", statements)
         assert expected[0] == [in_time[-1][0]]  # in time order, the last statement is the current value
         assert await state(rt, f"any-{run}", statements) == expected, (in_time, batches)
-    finally:
-        await rt.index.close()
-        await rt.pg.close()
 
 
 @st.composite
@@ -116,10 +111,7 @@ def test_any_arrival_order_gives_the_same_current_fact_and_the_same_past(tmp_pat
 async def test_a_year_old_value_arriving_after_todays_is_history_and_today_stays_current(
     tmp_path: Path, pg_dsn: str
 ) -> None:
-    await migrate(pg_dsn)
-    rt = Runtime.create(Settings(data_dir=tmp_path, pg_dsn=pg_dsn))
-    await rt.pg.open()
-    try:
+    async with open_runtime(tmp_path, pg_dsn) as rt:
         [today] = await consolidate(rt, [said("u", "Lisbon", 365)])
         backfill = await consolidate(rt, [said("u", "Berlin", 0)])
         async with rt.pg.connection("test") as conn:
@@ -138,6 +130,3 @@ async def test_a_year_old_value_arriving_after_todays_is_history_and_today_stays
         assert past[0.5] == {"User lives in Berlin"}
         assert past[365.5] == {"User lives in Lisbon"}
         assert today
-    finally:
-        await rt.index.close()
-        await rt.pg.close()

@@ -18,11 +18,9 @@ from agents.maintenance.logic import Rules
 from agents.maintenance.run import maintain_user
 from schemas import EmbeddedCandidate, MemoryCandidate, MemoryChange, MemoryStatus, MemoryType, Provenance
 from services.archive.changes import open_changes
-from services.config import Settings
-from services.runtime import Runtime
-from services.stores.postgres import migrate
 from services.stores.postgres.locks import lock_users, user_lock_key
 from services.textutil import stable_id
+from tests.pg import open_runtime
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 ROUNDS, NOTES = 20, 12
@@ -59,10 +57,7 @@ def note(n: int, i: int, event: str, days_ago: int) -> EmbeddedCandidate:
 async def test_maintenance_and_the_consolidator_never_resurrect_a_row_or_publish_one_version_twice(
     tmp_path: Path, pg_dsn: str
 ) -> None:
-    await migrate(pg_dsn)
-    rt = Runtime.create(Settings(data_dir=tmp_path, pg_dsn=pg_dsn))
-    await rt.pg.open()
-    try:
+    async with open_runtime(tmp_path, pg_dsn) as rt:
         for n in range(ROUNDS):
             await consolidate(rt, [note(n, i, f"seed-{n}-{i}", 400) for i in range(NOTES)])
             restated = [note(n, i, f"again-{n}-{i}", 300) for i in range(NOTES)]
@@ -89,16 +84,10 @@ async def test_maintenance_and_the_consolidator_never_resurrect_a_row_or_publish
                 assert stored[memory_id][0] == MemoryStatus.PRUNED.value, f"round {n}: {memory_id} came back"
             for memory_id, seen in versions.items():
                 assert stored[memory_id][1] == max(seen), f"round {n}: {memory_id} stored {stored[memory_id]}"
-    finally:
-        await rt.index.close()
-        await rt.pg.close()
 
 
 async def test_a_users_lock_makes_the_second_writer_wait_and_other_users_do_not(tmp_path: Path, pg_dsn: str) -> None:
-    await migrate(pg_dsn)
-    rt = Runtime.create(Settings(data_dir=tmp_path, pg_dsn=pg_dsn))
-    await rt.pg.open()
-    try:
+    async with open_runtime(tmp_path, pg_dsn) as rt:
         assert user_lock_key("t", "u") == user_lock_key("t", "u")
         assert user_lock_key("t", "u") != user_lock_key("t", "v")
         assert user_lock_key("ta", "b") != user_lock_key("t", "ab")
@@ -126,6 +115,3 @@ async def test_a_users_lock_makes_the_second_writer_wait_and_other_users_do_not(
 
         await asyncio.gather(first(), second("u"), other())
         assert order == ["other user", "first done", "second u"]
-    finally:
-        await rt.index.close()
-        await rt.pg.close()
