@@ -630,8 +630,12 @@ class EmbeddedStack:
         """Restart whatever dies (app, workers, Postgres, broker) until a signal stops the stack."""
         while not self._stopping:
             time.sleep(0.5)
-            for child in self.children:
-                if not child.alive() and not self._stopping:
+            if any(not child.alive() for child in self.children):
+                # Whatever died with it (a store killed with its broker) is seen too, and revived first.
+                time.sleep(0.5)
+                for child in [c for c in self.children if not c.alive()]:
+                    if self._stopping:
+                        break
                     try:
                         self._revive(child)
                     except StackError as exc:

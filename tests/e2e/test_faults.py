@@ -29,7 +29,7 @@ import pytest
 
 from services import topics
 from services.faults import POINTS
-from services.producer import TurnProducer
+from services.producer import ProduceFailed, TurnProducer
 from tests.hostile import Contract, HostileTraffic, Message
 from tests.stack import (
     DeadLetter,
@@ -644,10 +644,10 @@ async def stream_unawaited(
     """Turns at a steady rate whether or not the broker answers (a chat service keeps talking); all acknowledged.
 
     Returns the second the last acknowledgement came. The message timeout
-    outlasts the outage: this test is about what the pipeline does with
+    outlasts the outage and the restart: this test is about what the pipeline does with
     what the broker acknowledged, not about the producer giving up.
     """
-    async with TurnProducer(stack.bootstrap, message_timeout=120) as producer:
+    async with TurnProducer(stack.bootstrap, message_timeout=300) as producer:
         pending = []
         for event in turns:
             pending.append(asyncio.ensure_future(producer.send_raw([orjson.dumps(event)])))
@@ -691,7 +691,14 @@ async def test_broker_stopped_for_20s_then_restarted_while_turns_stream(broker_s
             settle, lambda: httpx.get(f"{stack.base_url}/readyz", timeout=5).status_code == 200, 90, 0.2
         )
         ready_after_kill = None if ready is None else round(time.monotonic() - killed_at, 1)
-        streamed_at = await streaming
+        try:
+            streamed_at = await streaming
+        except ProduceFailed as exc:
+            up_log = (stack.data_dir / "up.log").read_text(errors="replace")
+            pytest.fail(
+                f"turns not acknowledged ({exc}); broker back after {back} s, ready after "
+                f"{ready_after_kill} s; up.log ends:\n{up_log[-3000:]}"
+            )
     finally:
         streaming.cancel()
 
