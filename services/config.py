@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     window_max_tokens: int = 12_000
     window_max_turns: int = 20
     window_keep_last: int = 3
+    # A window over a limit is trimmed to this share of both: evicted turns leave in runs (agents/window/logic.py).
+    window_trim_to: float = Field(0.5, gt=0, le=1)
     # Turns per window-stage transaction, and how long a batch may wait to fill.
     window_batch_size: int = 64
     window_batch_within: float = 0.02
@@ -73,6 +75,9 @@ class Settings(BaseSettings):
     embed_batch_within: float = 0.05
     embed_cache_size: int = 50_000
     embed_threads: int = 2
+    # int8 MiniLM: about twice the texts per CPU second, vectors within cosine ~0.99 of float32. Changing it
+    # changes the vectors: run `memstream rebuild index` (README, "Embeddings").
+    embed_quantized: bool = True
     # Recall's query vectors kept by exact text (services/embedding/query_cache.py); ~1.5 KB each with MiniLM.
     query_cache_size: int = Field(10_000, ge=0)
     # The garbage collector's youngest-generation threshold in the worker and read-service processes

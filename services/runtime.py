@@ -104,7 +104,12 @@ class Runtime:
                     model = remote
                 else:
                     model = await asyncio.to_thread(
-                        MiniLmEmbedder, s.embed_model_dir, s.embed_threads, 256, s.embed_batch_size
+                        MiniLmEmbedder,
+                        s.embed_model_dir,
+                        s.embed_threads,
+                        256,
+                        s.embed_batch_size,
+                        s.embed_quantized,
                     )
                 self._embedder = CachedEmbedder(model, s.embed_cache_size)
             return self._embedder

@@ -114,7 +114,7 @@ async def handle_session_end(rt: Runtime, conn: Conn, event: SessionEvent) -> tu
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
-    limits = WindowLimits(s.window_max_tokens, s.window_max_turns, s.window_keep_last)
+    limits = window_limits(s)
     dlq = DeadLetters(topics.dlq, s.max_message_bytes)
     by_name = topics.by_name()
     for reason in (
@@ -165,6 +165,12 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
             await consume(stream, parse, apply)
 
     app.agent(window_input(topics, s), name="window")(window)
+
+
+def window_limits(settings: Settings) -> WindowLimits:
+    return WindowLimits(
+        settings.window_max_tokens, settings.window_max_turns, settings.window_keep_last, settings.window_trim_to
+    )
 
 
 def window_input(topics: Topics, settings: Settings) -> Any:

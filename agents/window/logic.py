@@ -11,9 +11,19 @@ from services.textutil import count_tokens
 
 @dataclass(frozen=True)
 class WindowLimits:
+    """When the window is trimmed, and how far.
+
+    A window over either limit is trimmed down to `trim_to` of both (1.0:
+    just under the limits). Trimming to the limits evicts one turn per new
+    turn once a session is long: an episode of one turn each time, and a
+    summarizer, embedder and consolidator pass per turn. Trimming to half
+    evicts a run of turns at once, which makes an episode worth reading.
+    """
+
     max_tokens: int
     max_turns: int
     keep_last: int
+    trim_to: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -59,8 +69,12 @@ def trim(turns: list[TurnEvent], limits: WindowLimits) -> WindowUpdate:
     kept = list(turns)
     evicted: list[TurnEvent] = []
     tokens = window_tokens(kept)
+    if len(kept) <= limits.max_turns and tokens <= limits.max_tokens:
+        return WindowUpdate(window=kept, evicted=[])
+    max_turns = max(1, int(limits.max_turns * limits.trim_to))
+    max_tokens = int(limits.max_tokens * limits.trim_to)
     # Index 1 is the oldest evictable turn while more than first + tail remain.
-    while len(kept) > 1 + protected_tail and (len(kept) > limits.max_turns or tokens > limits.max_tokens):
+    while len(kept) > 1 + protected_tail and (len(kept) > max_turns or tokens > max_tokens):
         dropped = kept.pop(1)
         tokens -= count_tokens(dropped.content)
         evicted.append(dropped)

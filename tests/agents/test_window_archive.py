@@ -8,7 +8,6 @@ from typing import Any
 import orjson
 
 from agents.window import agent
-from agents.window.logic import WindowLimits
 from schemas import SessionEvent, TurnEvent, chat_event_adapter
 from services.archive.codec import open_record, read_record
 from services.archive.keys import KeyStore
@@ -74,7 +73,7 @@ async def test_a_crash_after_the_commit_sends_the_same_sealed_bytes_on_redeliver
     event = chat_event_adapter.validate_python(said)
     # Committed, then the process died before publishing: the sealed record waits in the outbox.
     keys = KeyStore.from_settings(h.runtime.pg, s, create_master=True)
-    limits = WindowLimits(s.window_max_tokens, s.window_max_turns, s.window_keep_last)
+    limits = agent.window_limits(s)
     committed = await agent.handle_events(h.runtime, [event], limits, keys)
     (stored,) = [m for m in committed if m.topic == "memory.archive"]
 
@@ -88,7 +87,7 @@ async def test_without_keys_the_stage_logic_archives_nothing(harness: Callable[[
     """A rebuild replaying memory.archive runs the window logic without keys: it must not archive again."""
     h = harness(agent, "turns")
     s = h.runtime.settings
-    limits = WindowLimits(s.window_max_tokens, s.window_max_turns, s.window_keep_last)
+    limits = agent.window_limits(s)
     event = chat_event_adapter.validate_python(turn("t", "u", "s", 0, "I like tea."))
     messages = await agent.handle_events(h.runtime, [event], limits)
     assert messages

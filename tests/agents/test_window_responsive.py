@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from agents.window import agent
-from agents.window.logic import WindowLimits
 from agents.window.outgoing import candidate_messages
 from schemas import SessionEvent, TurnEvent
 from services.config import Settings
@@ -62,7 +61,7 @@ async def test_the_worst_turns_never_hold_the_event_loop(runtime: Runtime) -> No
         held = max(held, time.perf_counter() - started)
 
     s = runtime.settings
-    limits = WindowLimits(s.window_max_tokens, s.window_max_turns, s.window_keep_last)
+    limits = agent.window_limits(s)
     work = asyncio.create_task(agent.handle_events(runtime, list[TurnEvent | SessionEvent](events), limits))
     pause = await longest_pause(work)
     messages: list[OutboxMessage] = await work

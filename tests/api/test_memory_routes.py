@@ -214,5 +214,5 @@ def test_the_export_holds_the_users_memories_with_history_turns_and_sessions(
     assert [s.session_id for s in doc.sessions] == ["s1"]
     assert doc.vectors == {}
     with_vectors = api.client.get(f"{users(user)}/export", params={"tenant_id": TENANT, "vectors": "true"}).json()
-    assert with_vectors["embedding_model"] == "all-MiniLM-L6-v2"
+    assert with_vectors["embedding_model"] == "all-MiniLM-L6-v2-int8"  # the default model
     assert with_vectors["vectors"][held["current"].id] == [1.0, 0.0, 0.0]

@@ -481,11 +481,16 @@ def _child_embed() -> None:
     from services.embedding.embedder import MiniLmEmbedder
 
     vectors = MiniLmEmbedder().embed(_TEXTS)
-    _emit({"prefix": sys.prefix, "vectors": vectors})
+    int8 = MiniLmEmbedder(quantized=True).embed(_TEXTS)
+    _emit({"prefix": sys.prefix, "vectors": vectors, "int8": int8})
 
 
 def test_onnxruntime_embedder_runs_on_avx2(emulated_cpu: dict[str, bool]) -> None:
-    """ORT picks kernels by CPUID at run time: the AVX2 ones must work and agree with the host's."""
+    """ORT picks kernels by CPUID at run time: the AVX2 ones must work and agree with the host's.
+
+    The int8 model (the pipeline's default) too: without VNNI, ORT multiplies
+    u8 by s8 into saturating int16, which is why its weights keep 7 bits.
+    """
     import numpy as np
 
     from services.embedding.embedder import MiniLmEmbedder
@@ -499,7 +504,10 @@ def test_onnxruntime_embedder_runs_on_avx2(emulated_cpu: dict[str, bool]) -> Non
     assert other.shape == host.shape == (2, 384)
     cosines = (host * other).sum(axis=1) / (np.linalg.norm(host, axis=1) * np.linalg.norm(other, axis=1))
     assert (cosines > 0.999).all(), cosines
-    _report("onnxruntime MiniLM (python start, model build, 2 texts)", elapsed)
+    host_int8, other_int8 = np.asarray(MiniLmEmbedder(quantized=True).embed(_TEXTS)), np.asarray(emulated["int8"])
+    assert other_int8.shape == (2, 384)
+    assert ((host_int8 * other_int8).sum(axis=1) > 0.995).all()
+    _report("onnxruntime MiniLM (python start, model build and int8 quantization, 2 texts)", elapsed)
 
 
 # --- 4. Qdrant Edge ---------------------------------------------------------------

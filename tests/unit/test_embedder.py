@@ -25,6 +25,22 @@ def test_onnx_graph_matches_sentence_transformers(model: MiniLmEmbedder) -> None
     assert cosine.min() > 0.9999, cosine
 
 
+def test_int8_vectors_stay_close_to_float32_and_rank_alike(model: MiniLmEmbedder) -> None:
+    """The pipeline's default model: every vector near the reference, and each query finds the same text."""
+    int8 = MiniLmEmbedder(threads=2, quantized=True)
+    assert (int8.name, model.name) == ("all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2")
+    texts = REFERENCE["texts"]
+    quantized, ref = np.array(int8.embed(texts)), np.array(REFERENCE["vectors"])
+    cosine = (quantized * ref).sum(axis=1)
+    assert cosine.min() > 0.97, cosine
+    queries = ["where does Ana live", "what coffee do I like", "a fox jumping over a dog", "hi there"]
+    for vectors in (np.array(model.embed(texts)), quantized):
+        assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    float_order = (np.array(model.embed(queries)) @ ref.T).argmax(axis=1)
+    int8_order = (np.array(int8.embed(queries)) @ quantized.T).argmax(axis=1)
+    assert float_order.tolist() == int8_order.tolist() == [1, 0, 3, 2]
+
+
 def test_batch_order_is_preserved_despite_length_sorting(model: MiniLmEmbedder) -> None:
     texts = ["a much longer sentence about coffee and mornings", "short", "medium length text"]
     together = model.embed(texts)

@@ -35,6 +35,26 @@ def test_first_and_last_three_survive_even_over_budget() -> None:
     assert [t.event_id for t in update.evicted] == ["e1", "e2"]
 
 
+def test_a_window_over_its_limit_is_trimmed_to_half_in_one_run() -> None:
+    """One chunk of turns leaves at once, then the window grows again: not one evicted turn per new turn."""
+    limits = WindowLimits(max_tokens=10_000, max_turns=20, keep_last=3, trim_to=0.5)
+    update = trim([turn(i) for i in range(21)], limits)
+    assert [t.event_id for t in update.window] == ["e0", *(f"e{i}" for i in range(12, 21))]
+    assert [t.event_id for t in update.evicted] == [f"e{i}" for i in range(1, 12)]
+    window, evictions = update.window, []
+    for i in range(21, 32):
+        step = append_turn(window, turn(i), limits)
+        window, evictions = step.window, [*evictions, len(step.evicted)]
+    assert evictions == [0] * 10 + [11]  # the window reached 21 turns again, and only then
+
+
+def test_a_token_budget_trims_to_half_of_it() -> None:
+    limits = WindowLimits(max_tokens=100, max_turns=50, keep_last=1, trim_to=0.5)
+    update = trim([turn(i, words=10) for i in range(11)], limits)
+    assert window_tokens(update.window) <= 50
+    assert [t.event_id for t in update.window] == ["e0", "e7", "e8", "e9", "e10"]
+
+
 def test_redelivered_turn_changes_nothing() -> None:
     limits = WindowLimits(max_tokens=1000, max_turns=20, keep_last=3)
     window = [turn(0), turn(1)]
@@ -55,10 +75,14 @@ def test_out_of_order_turn_is_placed_by_index() -> None:
     max_tokens=st.integers(min_value=1, max_value=500),
     max_turns=st.integers(min_value=1, max_value=25),
     keep_last=st.integers(min_value=0, max_value=5),
+    trim_to=st.sampled_from([0.25, 0.5, 0.75, 1.0]),
 )
-def test_trim_invariants(sizes: list[int], max_tokens: int, max_turns: int, keep_last: int) -> None:
+def test_trim_invariants(sizes: list[int], max_tokens: int, max_turns: int, keep_last: int, trim_to: float) -> None:
     turns = [turn(i, words=n) for i, n in enumerate(sizes)]
-    update = trim(turns, WindowLimits(max_tokens, max_turns, keep_last))
+    limits = WindowLimits(max_tokens, max_turns, keep_last, trim_to)
+    update = trim(turns, limits)
+    if len(turns) <= max_turns and window_tokens(turns) <= max_tokens:
+        assert update.evicted == []  # within the limits nothing leaves, however low trim_to is
     kept_ids = [t.event_id for t in update.window]
     # Nothing lost, nothing duplicated, order preserved.
     assert sorted(kept_ids + [t.event_id for t in update.evicted], key=lambda e: int(e[1:])) == [
@@ -68,9 +92,11 @@ def test_trim_invariants(sizes: list[int], max_tokens: int, max_turns: int, keep
     assert update.window[0].event_id == "e0"
     tail = [t.event_id for t in turns[-keep_last:]] if keep_last else []
     assert all(e in kept_ids for e in tail)
-    # Either within limits, or nothing evictable is left.
-    within = len(update.window) <= max_turns and window_tokens(update.window) <= max_tokens
-    assert within or len(update.window) <= 1 + keep_last
+    # Either within the trimmed limits (if anything left), or nothing evictable is left.
+    low_turns, low_tokens = max(1, int(max_turns * trim_to)), int(max_tokens * trim_to)
+    within = len(update.window) <= low_turns and window_tokens(update.window) <= low_tokens
+    assert not update.evicted or within or len(update.window) <= 1 + keep_last
+    assert len(update.window) <= max_turns or len(update.window) <= 1 + keep_last
 
 
 @given(st.lists(st.integers(0, 4_000), min_size=1, max_size=40), st.integers(2_000, 40_000))
