@@ -15,6 +15,12 @@ the pass did (compressed into patterns, pruned, synthesized, deferred), and
 the same questions scored again over the tended memory (an extra table: the
 main table is always the one before maintenance), with how often a pattern or
 semantic memory made a question's top 10 and covered its evidence.
+
+The episodes the replay made (before maintenance) are written one line per
+session to `<out>-episodes.jsonl` (`bench-results/locomo-episodes.jsonl` by
+default: `sample_id`, `session`, `episodes`), and their coverage of LoCoMo's
+reference session summaries is printed with their length
+(`tests/bench/coverage.py`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from agents.maintenance.standalone import maintain_once
 from services.config import Settings
 from services.textutil import count_tokens
 from tests.bench import generation as generation_bench
+from tests.bench.coverage import Episode, coverage_summary, format_coverage, reference_summaries, session_lines
 from tests.bench.pipeline import replay
 from tests.bench.probe import wait_drained
 from tests.stack import embedded_stack, session_end, stack_settings, turn
@@ -267,6 +274,45 @@ async def memory_counts(dsn: str, users: Iterable[str]) -> dict[str, dict[str, i
     return counts
 
 
+async def stored_episodes(dsn: str, users: Iterable[str]) -> dict[str, list[Episode]]:
+    """Each user's active episodes with their provenance, as Postgres holds them now."""
+    users = list(users)
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cur = await conn.execute(
+            """SELECT user_id, text, provenance FROM memories
+               WHERE tenant_id = %s AND user_id = ANY(%s) AND type = 'episode' AND status = 'active'""",
+            (TENANT, list(users)),
+        )
+        rows = await cur.fetchall()
+    out: dict[str, list[Episode]] = {u: [] for u in users}
+    for user, text, provenance in rows:
+        out[user].append(Episode(text, provenance))
+    return out
+
+
+def episodes_path(out: Path) -> Path:
+    """Where the per-session episodes go: `bench-results/locomo.jsonl` -> `bench-results/locomo-episodes.jsonl`."""
+    return out.with_name(f"{out.stem}-episodes.jsonl")
+
+
+def episode_coverage(
+    samples: list[dict[str, Any]], episodes: Mapping[str, list[Episode]]
+) -> tuple[list[dict[str, Any]], dict[str, float | int]]:
+    """The per-session episode lines of every conversation, and their coverage of the reference summaries."""
+    lines = [
+        line
+        for sample in samples
+        for line in session_lines(
+            sample["sample_id"],
+            [n for n, _ in sessions(sample["conversation"])],
+            episodes.get(sample["sample_id"], []),
+        )
+    ]
+    references = {(s["sample_id"], n): text for s in samples for n, text in reference_summaries(s).items()}
+    every = [e for sample in samples for e in episodes.get(sample["sample_id"], [])]
+    return lines, coverage_summary(lines, references, every)
+
+
 async def maintain(
     base_url: str, settings: Settings, samples: list[dict[str, Any]], users: dict[str, str], headers: Mapping[str, str]
 ) -> dict[str, dict[str, Any]]:
@@ -324,8 +370,9 @@ async def run(
     settings: Settings,
     headers: Mapping[str, str],
     stack_env: Mapping[str, str] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Replay, ask, maintain, ask again: the lines before and after maintenance, and the run's figures.
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, list[Episode]]]:
+    """Replay, ask, maintain, ask again: the lines before and after maintenance, the run's figures, and
+    each conversation's episodes as the replay left them (by sample id).
 
     `headers` carry the API key of every HTTP request (auth is on by default).
     With `stack_env` (a stack of the bench's own) it also rebuilds a generation
@@ -338,6 +385,8 @@ async def run(
     await replay(settings, events, stats)
     async with httpx.AsyncClient(base_url=base_url, timeout=30, headers=dict(headers)) as client:
         stats["drained"] = await wait_drained(client, 300)
+    by_user = await stored_episodes(settings.pg_dsn, users.values())
+    episodes = {sample_id: by_user[user] for sample_id, user in users.items()}
     if stack_env is not None:
         stats["generation_rebuild"] = {}
         await generation_bench.rebuild(
@@ -351,7 +400,7 @@ async def run(
     stats["maintenance"] = await maintain(base_url, settings, samples, users, headers)
     stats["maintenance_seconds"] = time.perf_counter() - started
     after = await ask_all(base_url, samples, users, headers)
-    return lines, after, stats
+    return lines, after, stats, episodes
 
 
 def format_fair(fair: dict[str, float]) -> str:
@@ -390,19 +439,22 @@ def main() -> None:
         settings = Settings(kafka_bootstrap=args.bootstrap)  # Postgres from MEMSTREAM_PG_DSN, as the stack's
         headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}
         ran_with = recall_settings(settings)  # as far as this process can know: the stack's own environment rules
-        lines, after, stats = asyncio.run(run(args.base_url, args.bootstrap, samples, settings, headers))
+        lines, after, stats, episodes = asyncio.run(run(args.base_url, args.bootstrap, samples, settings, headers))
     else:
         env = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5", **setting_env(args.set)}
         with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=8, extra_env=env) as stack:
             settings = stack_settings(stack)
             ran_with = recall_settings(settings)
-            lines, after, stats = asyncio.run(
+            lines, after, stats, episodes = asyncio.run(
                 run(stack.base_url, stack.bootstrap, samples, settings, stack.headers, stack.env)
             )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(line) + "\n" for line in lines))
     after_out = args.out.with_suffix(".after-maintenance.jsonl")
     after_out.write_text("".join(json.dumps(line) + "\n" for line in after))
+    episode_lines, coverage = episode_coverage(samples, episodes)
+    episodes_out = episodes_path(args.out)
+    episodes_out.write_text("".join(json.dumps(line) + "\n" for line in episode_lines))
     answers = gold(samples)
     table, table_after = recall_at_k(lines, answers), recall_at_k(after, answers)
     fair, fair_after = size_fair(lines, answers), size_fair(after, answers)
@@ -413,6 +465,7 @@ def main() -> None:
         "stats": stats,
         "recall": table,
         "size_fair": fair,
+        "episode_coverage": coverage,
         "recall_after_maintenance": table_after,
         "size_fair_after_maintenance": fair_after,
         "synthesized_in_top_10_after_maintenance": synthesized,
@@ -423,6 +476,7 @@ def main() -> None:
     print(json.dumps(stats, default=str))
     print(format_table(table))
     print(format_fair(fair))
+    print(format_coverage(coverage))
     print("\nactive memories per user, before -> after one maintenance pass:")
     print(format_growth(growth))
     print("\nrecall after maintenance (same questions, same scorer):")
@@ -434,6 +488,7 @@ def main() -> None:
             f"covering an evidence turn in {figures['covers_evidence']}"
         )
     print(f"results: {args.out}  (score independently: python ../shared/bench/locomo_score.py score {args.out})")
+    print(f"episodes per session: {episodes_out}")
 
 
 if __name__ == "__main__":
