@@ -281,7 +281,7 @@ async def stored_episodes(dsn: str, users: Iterable[str]) -> dict[str, list[Epis
         cur = await conn.execute(
             """SELECT user_id, text, provenance FROM memories
                WHERE tenant_id = %s AND user_id = ANY(%s) AND type = 'episode' AND status = 'active'""",
-            (TENANT, list(users)),
+            (TENANT, users),
         )
         rows = await cur.fetchall()
     out: dict[str, list[Episode]] = {u: [] for u in users}
