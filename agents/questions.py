@@ -1,9 +1,47 @@
 """Open questions: what the user asked and the conversation left unresolved (pure functions).
 
-Found at eviction: a user question whose reply admits not knowing, or, at
-session end, one that got no reply at all. (A question in a trimmed chunk
-without a reply may still be answered by the turns the window kept.) A
-later user statement that shares enough of the question's terms is taken
+Found at eviction, per question sentence of a user turn (a sentence ending
+in "?" with at least two content words, small talk and rhetorical questions
+left out: "how are you?", "can you help me with something?", "…, right?",
+"who doesn't love …?"). A question is open when
+
+- the reply admits not knowing ("I'm not sure", "I don't have up-to-date
+  information");
+- the reply puts it off ("let's come back to that", "before we get to
+  that", "first, let's …", "we can look at that later");
+- the reply turns away from it ("speaking of …", "have you considered …",
+  "let's talk about …");
+- the user dropped it: a later sentence of the same turn pivots ("never
+  mind — what about hotels?", "anyway, …") and the reply does not take it
+  up anyway;
+- the reply leaves it out while answering another question of the same turn;
+- the reply does not address it and asks the user something back (a
+  clarifying question or an offer, not "anything else?"), and the user then
+  changes the subject, says goodbye, or the session ends, or the
+  assistant's reply after the user's answer still does not address it;
+- at session end, nothing replied.
+
+A reply "addresses" a question when the two share a content term (stemmed,
+filler such as "great", "happy", "help" left out, short exclamations such as
+"Sourdough is such a rewarding hobby!" not counted), or when it has the kind
+of answer the question asks for: a number or time for "how long/much/many,
+when, what time", a yes/no opening for a yes/no question, a name for
+"where/which/who". A reply that neither addresses a question nor shows any
+sign of turning away gets the benefit of the doubt ("What's the weather
+like in March?" "Expect 0 to 3 °C." shares no term). A question put off or
+turned away from is still not open when a later turn of the chunk takes it
+up (shares two of its terms): the assistant came back to it, or the user
+answered it themselves ("the screen says gate 14 for the Lisbon flight").
+So is one the user answers in the same turn ("oh, found it"). A question in
+a trimmed chunk that the chunk leaves hanging (no reply, or a clarifying
+question with no answer yet) may still be answered in the turns the window
+kept, so only a session end makes it open.
+
+Every pattern repeats a bounded number of times, and each question looks at
+most LOOKAHEAD turns ahead, each turn's terms computed once: linear in the
+chunk's text.
+
+A later user statement that shares enough of the question's terms is taken
 as a tentative answer: memstream cannot know it is right, so it says
 "tentatively". Maintenance defers a question recall has surfaced often or
 that has stayed open long (agents.maintenance.logic.defer): recall stops
@@ -14,19 +52,106 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 
 from agents.rules.extract import entities, sentences
 from schemas import EvictedChunk, MemoryCandidate, MemoryRecord, MemoryType, Provenance, Role, TurnEvent
 from schemas.memory import Question, QuestionState
 from services.textutil import content_words, stable_id
 
-EXTRACTOR = "questions/v1"
+EXTRACTOR = "questions/v2"
+MIN_SHARED_TERMS = 2
+# Turns after a question that may still take it up; a bound so a chunk of many turns stays linear.
+LOOKAHEAD = 8
+# An exclamation of at most this many words is warm-up ("Italy is wonderful in spring!"), not an answer.
+SHORT_EXCLAMATION_WORDS = 8
+
 _UNSURE = re.compile(
     r"\b(i (?:don'?t|do not) know|not sure|no idea|i can'?t (?:say|tell)|i cannot (?:say|tell)|unable to"
-    r"|(?:i'?ll|let me) (?:check|find out|get back)|unclear|hard to say)\b",
+    r"|(?:i'?ll|let me) (?:check|find out|get back)|unclear|hard to say"
+    r"|no (?:reliable |up-to-date |current |live |recent )?(?:information|data|details)"
+    r"|(?:don'?t|do not) have (?:access|(?:any |reliable |up-to-date |current |live |recent )?(?:information|data|details))"
+    r"|(?:can'?t|cannot) (?:see|access|check) (?:live|real-time|current|your))\b",
     re.IGNORECASE,
 )
-MIN_SHARED_TERMS = 2
+# The assistant puts the question off.
+_DEFER = re.compile(
+    r"\b(?:(?:come|circle|get|go) back to (?:that|this|it|your|the)"
+    r"|(?:park|table|shelve) (?:that|this|it)|put a pin in|hold that thought|one thing at a time"
+    r"|set (?:that|this|it) aside|before we (?:get|go|dive|move|jump) (?:to|into|on)"
+    r"|(?:revisit|return to) (?:that|this|it)|first,? (?:let's|let me|we need|we should|i need|tell me)|let's first"
+    r"|(?:we'll|we will|i'll|i will|let's|we can|we could) (?:get to|cover|look at|talk about|discuss|tackle"
+    r"|deal with|sort out|go over|look into) [^.!?]{0,40}?\b(?:later|afterwards|shortly|soon|next|once"
+    r"|in a (?:moment|minute|bit|second|sec)))\b",
+    re.IGNORECASE,
+)
+# The assistant turns to something else.
+_TURN_AWAY = re.compile(
+    r"\b(?:speaking of|by the way|on (?:another|a different|a related) note|have you (?:considered|thought about"
+    r"|tried|looked (?:at|into))|let's talk about|instead,? let's|what i can (?:tell|say|do))\b",
+    re.IGNORECASE,
+)
+# A question back that only offers more help, not one the answer waits on.
+_FILLER_QUESTION = re.compile(
+    r"\b(?:anything else|something else|any (?:other|more) questions|(?:can|may|could) i (?:help|assist|do)"
+    r"|how can i help|what else|does (?:that|this) (?:help|make sense)|makes? sense|sound good)\b",
+    re.IGNORECASE,
+)
+# The user gives up on what they just asked ("Actually, never mind — …", "Oh wait, more urgent: …").
+_PIVOT = re.compile(
+    r"^\W{0,3}(?:(?:actually|ok|okay|hm{1,4}|oh|well|so|wait)\W{1,3}){0,3}(?:never ?mind|forget (?:it|that|about it)"
+    r"|scratch that|anyway|anyhow|wait|on second thought|more (?:urgent|important)(?:ly)?|different question"
+    r"|unrelated|change of (?:subject|topic)|let's talk about|instead)\b",
+    re.IGNORECASE,
+)
+_FAREWELL = re.compile(
+    r"\b(?:bye|goodbye|gotta go|got to go|i'll think about it|talk (?:to you )?later|that's all)\b", re.IGNORECASE
+)
+# The user answers their own question.
+_REALISED = re.compile(
+    r"\b(?:found it|figured (?:it )?out|worked (?:it )?out|sorted (?:it|that)|got it now|oh right"
+    r"|i remember now|now i remember|answered my own question)\b",
+    re.IGNORECASE,
+)
+_RHETORICAL = re.compile(
+    r",\s{0,3}(?:right|isn't it|aren't they|don't you think|you know|no|eh|huh|correct)\W{0,3}\?$"
+    r"|^\W{0,3}(?:who (?:doesn't|does not|wouldn't)|isn't it (?:crazy|funny|amazing|wild|great|sad|weird|strange"
+    r"|annoying)|how (?:cool|great|awesome|crazy|cute|amazing|funny|sad) is that|what could (?:possibly )?go wrong"
+    r"|guess what|you know what|why not)\b",
+    re.IGNORECASE,
+)
+_OPENER = r"^\W{0,3}(?:(?:and|so|also|but|ok|okay|oh)\W{1,3}){0,2}"
+_POLAR = re.compile(
+    _OPENER + r"(?:is|are|am|was|were|do|does|did|can|could|should|will|would|has|have|must|may)\b", re.I
+)
+_YES_NO = re.compile(
+    r"^\W{0,3}(?:yes|yeah|yep|yup|no|nope|absolutely|definitely|certainly|not|generally|usually|probably|mostly"
+    r"|unfortunately|sadly|only)\b",
+    re.IGNORECASE,
+)
+_HOW_MUCH = re.compile(
+    r"\b(?:how (?:much|many|long|far|old|often|early|late|big|soon)|what (?:time|size|age|year|date|price)"
+    r"|when|best time)\b",
+    re.IGNORECASE,
+)
+_WHO_WHERE = re.compile(_OPENER + r"(?:where|which|who)\b", re.IGNORECASE)
+_AMOUNT = re.compile(
+    r"\d|\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|fifty|hundred"
+    r"|thousand|half|dozen|couple|morning|afternoon|evening|night|noon|midnight|weekend|week|month|year|spring"
+    r"|summer|autumn|fall|winter|january|february|march|april|may|june|july|august|september|october|november"
+    r"|december|monday|tuesday|wednesday|thursday|friday|saturday|sunday|tomorrow|tonight|daily)\b",
+    re.IGNORECASE,
+)
+# Not content in a question: contractions and words small talk is made of.
+_NOT_CONTENT = frozenset(
+    """what's how's where's who's when's why's there's here's isn't aren't doesn't don't didn't can't won't i'd
+    you'll i'll we'll you've something anything everything someone anyone today day""".split()
+)
+# Words assistant filler and questions share without being about the same thing.
+_FILLER_TERMS = _NOT_CONTENT | frozenset(
+    """best better good great happy glad help helps question questions recommend suggest want need make tell please
+    sure course absolutely love lovely nice idea ideas tip tips way time ask feel free hope let""".split()
+)
 
 
 def related_terms(text: str) -> list[str]:
@@ -34,17 +159,208 @@ def related_terms(text: str) -> list[str]:
     return sorted({*content_words(text), *(e.lower() for e in entities(text))})[:16]
 
 
+def _stem(word: str) -> str:
+    """A crude English stem, enough for "hotels"/"hotel", "boiling"/"boil", "cities"/"city"."""
+    word = word.removesuffix("'s")
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith("es") and len(word) > 4 and word[-3] in "sxz":
+        return word[:-2]
+    for suffix in ("ing", "ed", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            return word[: -len(suffix)]
+    return word
+
+
+def terms(text: str) -> frozenset[str]:
+    """Stemmed content words that say what a text is about (filler out)."""
+    return frozenset(_stem(w) for w in content_words(text) if w not in _FILLER_TERMS)
+
+
+def is_question(sentence: str) -> bool:
+    """A question worth keeping open: content beyond small talk, and not rhetorical."""
+    if not sentence.endswith("?") or _RHETORICAL.search(sentence):
+        return False
+    return len([w for w in content_words(sentence) if w not in _NOT_CONTENT]) >= 2
+
+
+def _shares(question: frozenset[str], said: frozenset[str], least: int = 1) -> bool:
+    return len(question & said) >= min(least, len(question)) if question else False
+
+
+class _Said:
+    """One turn, read once: its sentences, what they are about, and the cues in it."""
+
+    def __init__(self, turn: TurnEvent) -> None:
+        self.turn = turn
+        self.sentences = sentences(turn.content)
+        self.statements = [s for s in self.sentences if not s.endswith("?")]
+
+    @cached_property
+    def terms(self) -> frozenset[str]:
+        return terms(self.turn.content)
+
+    @cached_property
+    def statement_terms(self) -> frozenset[str]:
+        return terms(" ".join(self.statements))
+
+    @cached_property
+    def content(self) -> frozenset[str]:
+        """Terms of the statements that could answer: short exclamations and deferring sentences left out."""
+        kept = [
+            s
+            for s in self.statements
+            if not (s.endswith("!") and len(s.split()) <= SHORT_EXCLAMATION_WORDS)
+            and not _DEFER.search(s)
+            and not _TURN_AWAY.search(s)
+        ]
+        return terms(" ".join(kept))
+
+    @cached_property
+    def names(self) -> frozenset[str]:
+        return frozenset(entities(" ".join(self.statements)))
+
+    @cached_property
+    def has_amount(self) -> bool:
+        return any(_AMOUNT.search(s) for s in self.statements)
+
+    @cached_property
+    def says_yes_or_no(self) -> bool:
+        return bool(self.sentences) and _YES_NO.search(self.sentences[0]) is not None
+
+    @cached_property
+    def puts_off(self) -> bool:
+        """Admits not knowing, defers, or turns away."""
+        text = self.turn.content
+        return any(p.search(text) for p in (_UNSURE, _DEFER, _TURN_AWAY))
+
+    @cached_property
+    def asks_back(self) -> bool:
+        return any(s.endswith("?") and not _FILLER_QUESTION.search(s) for s in self.sentences)
+
+    @cached_property
+    def leaves(self) -> bool:
+        """A user turn that changes the subject or says goodbye."""
+        return (bool(self.sentences) and _PIVOT.search(self.sentences[0]) is not None) or (
+            _FAREWELL.search(self.turn.content) is not None
+        )
+
+    @cached_property
+    def last_pivot(self) -> int:
+        """Index of the last sentence that moves on ("Anyway, …"), -1 if none."""
+        return max((k for k, s in enumerate(self.sentences) if _PIVOT.search(s)), default=-1)
+
+    @cached_property
+    def last_realised(self) -> int:
+        """Index of the last statement that answers the user's own question ("Oh, found it"), -1 if none."""
+        return max((k for k, s in enumerate(self.sentences) if _realises(s)), default=-1)
+
+    def addresses(self, question: str, asked: frozenset[str]) -> bool:
+        """Whether this reply is about `question` (see the module docstring)."""
+        if _shares(asked, self.content):
+            return True
+        if _HOW_MUCH.search(question) and self.has_amount:
+            return True
+        if _POLAR.search(question) and self.says_yes_or_no:
+            return True
+        return _WHO_WHERE.search(question) is not None and bool(self.names - set(entities(question)))
+
+
+def _realises(sentence: str) -> bool:
+    return not sentence.endswith("?") and _REALISED.search(sentence) is not None
+
+
+class _Reading:
+    """A chunk's turns, each read at most once, and where the conversation went after a question."""
+
+    def __init__(self, turns: Sequence[TurnEvent], session_ended: bool) -> None:
+        self.turns = turns
+        self.session_ended = session_ended
+        self._said: dict[int, _Said] = {}
+
+    def said(self, i: int) -> _Said:
+        if i not in self._said:
+            self._said[i] = _Said(self.turns[i])
+        return self._said[i]
+
+    def next_turn(self, after: int, role: Role, within: int) -> int | None:
+        return next((j for j in range(after + 1, min(within, len(self.turns))) if self.turns[j].role is role), None)
+
+    def taken_up(self, asked: frozenset[str], after: int, within: int) -> bool:
+        """A later turn shares enough of the question's terms: the assistant came back to it, or the user answered it."""
+        for j in range(after + 1, min(within, len(self.turns))):
+            said = self.said(j)
+            if said.turn.role is Role.USER:
+                if _shares(asked, said.statement_terms, MIN_SHARED_TERMS):
+                    return True
+            elif not said.puts_off and _shares(asked, said.content, MIN_SHARED_TERMS):
+                return True
+        return False
+
+    def left_open(self, i: int, k: int, question: str, skipped: bool) -> bool:
+        """Whether sentence `k` of user turn `i`, `question`, is left open by the chunk.
+
+        `skipped`: the reply addressed another question of the turn, not this one.
+        """
+        asker = self.said(i)
+        if asker.last_realised > k:
+            return False
+        asked = terms(question)
+        within = i + 1 + LOOKAHEAD
+        r = self.next_turn(i, Role.ASSISTANT, within)
+        if r is None:
+            return self.session_ended and not self.taken_up(asked, i, within)
+        reply = self.said(r)
+        if asker.last_pivot > k:
+            return not _shares(asked, reply.content, MIN_SHARED_TERMS)
+        if reply.puts_off or skipped:
+            return not self.taken_up(asked, r, within)
+        if reply.addresses(question, asked) or not reply.asks_back:
+            return False
+        left = self._left_after_asking_back(r, question, asked, within)
+        return left and not self.taken_up(asked, r, within)
+
+    def _left_after_asking_back(self, r: int, question: str, asked: frozenset[str], within: int) -> bool:
+        """The reply `r` asked the user something back: was the question then left?
+
+        Yes if the user moved on or said goodbye, or answered only with a new question
+        that touches neither, or if the next reply still does not address it; undecided
+        (no) in a trimmed chunk that ends before the user or the assistant answered.
+        """
+        u = self.next_turn(r, Role.USER, within)
+        if u is None:
+            return self.session_ended
+        answer = self.said(u)
+        if answer.leaves or (not answer.statements and not _shares(asked | self.said(r).terms, answer.terms)):
+            return True
+        r2 = self.next_turn(u, Role.ASSISTANT, within)
+        if r2 is None:
+            return self.session_ended
+        final = self.said(r2)
+        return final.puts_off or not final.addresses(question, asked)
+
+
 def unresolved(turns: Sequence[TurnEvent], *, session_ended: bool) -> list[tuple[TurnEvent, str]]:
+    """(user turn, question sentence) for each question the chunk leaves open, in order."""
+    reading = _Reading(turns, session_ended)
     found: list[tuple[TurnEvent, str]] = []
     for i, turn in enumerate(turns):
         if turn.role is not Role.USER:
             continue
-        asked = [s for s in sentences(turn.content) if s.endswith("?") and len(content_words(s)) >= 2]
+        asker = reading.said(i)
+        asked = [(k, s) for k, s in enumerate(asker.sentences) if is_question(s)]
         if not asked:
             continue
-        reply = next((t for t in turns[i + 1 :] if t.role is Role.ASSISTANT), None)
-        if (reply is None and session_ended) or (reply is not None and _UNSURE.search(reply.content)):
-            found.extend((turn, question) for question in asked)
+        r = reading.next_turn(i, Role.ASSISTANT, i + 1 + LOOKAHEAD)
+        reply = reading.said(r) if r is not None else None
+        # A question the user moved on from ("…? Anyway, …") is not one the reply owed an answer.
+        addressed = {
+            k for k, q in asked if reply is not None and k >= asker.last_pivot and reply.addresses(q, terms(q))
+        }
+        for k, question in asked:
+            skipped = k >= asker.last_pivot and k not in addressed and bool(addressed)
+            if reading.left_open(i, k, question, skipped):
+                found.append((turn, question))
     return found
 
 

@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--misses", action="store_true", help="list every miss and false alarm")
     args = parser.parse_args()
     everything = load(args.data)
-    splits = [args.split] if args.split else sorted({c.split for c in everything}) + ["all"]
+    splits = [args.split] if args.split else [*sorted({c.split for c in everything}), "all"]
     for split in splits:
         cases = everything if split == "all" else [c for c in everything if c.split == split]
         print(f"== {split}")
