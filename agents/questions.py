@@ -69,8 +69,9 @@ SHORT_EXCLAMATION_WORDS = 8
 _UNSURE = re.compile(
     r"\b(i (?:don'?t|do not) know|not sure|no idea|i can'?t (?:say|tell)|i cannot (?:say|tell)|unable to"
     r"|(?:i'?ll|let me) (?:check|find out|get back)|unclear|hard to say"
-    r"|no (?:reliable |up-to-date |current |live |recent )?(?:information|data|details)"
-    r"|(?:don'?t|do not) have (?:access|(?:any |reliable |up-to-date |current |live |recent )?(?:information|data|details))"
+    r"|no (?:reliable |up-to-date |current |live |recent )?(?:information|data|details)|no way (?:of|to) (?:know|tell)(?:ing)?"
+    r"|i (?:don'?t|do not) have (?:access|your|(?:any |reliable |up-to-date |current |live |real-time |recent )?"
+    r"(?:information|data|details|news))|(?:can'?t|cannot) (?:predict|confirm|verify)"
     r"|(?:can'?t|cannot) (?:see|access|check) (?:live|real-time|current|your))\b",
     re.IGNORECASE,
 )
@@ -81,7 +82,7 @@ _DEFER = re.compile(
     r"|set (?:that|this|it) aside|before we (?:get|go|dive|move|jump) (?:to|into|on)"
     r"|(?:revisit|return to) (?:that|this|it)|first,? (?:let's|let me|we need|we should|i need|tell me)|let's first"
     r"|(?:we'll|we will|i'll|i will|let's|we can|we could) (?:get to|cover|look at|talk about|discuss|tackle"
-    r"|deal with|sort out|go over|look into) [^.!?]{0,40}?\b(?:later|afterwards|shortly|soon|next|once"
+    r"|deal with|sort out|go over|look into) [^.!?]{0,40}?\b(?:later|afterwards|after|shortly|soon|next|once|when"
     r"|in a (?:moment|minute|bit|second|sec)))\b",
     re.IGNORECASE,
 )
@@ -107,10 +108,11 @@ _PIVOT = re.compile(
 _FAREWELL = re.compile(
     r"\b(?:bye|goodbye|gotta go|got to go|i'll think about it|talk (?:to you )?later|that's all)\b", re.IGNORECASE
 )
-# The user answers their own question.
+# The user answers their own question, or will see to it themselves ("Never mind, I'll call them.").
 _REALISED = re.compile(
     r"\b(?:found it|figured (?:it )?out|worked (?:it )?out|sorted (?:it|that)|got it now|oh right"
-    r"|i remember now|now i remember|answered my own question)\b",
+    r"|i remember now|now i remember|answered my own question"
+    r"|i'll (?:just )?(?:call|ask|check|email|google|look it up|do it|handle it|sort it|figure it))\b",
     re.IGNORECASE,
 )
 _RHETORICAL = re.compile(
@@ -353,9 +355,10 @@ def unresolved(turns: Sequence[TurnEvent], *, session_ended: bool) -> list[tuple
             continue
         r = reading.next_turn(i, Role.ASSISTANT, i + 1 + LOOKAHEAD)
         reply = reading.said(r) if r is not None else None
-        # A question the user moved on from ("…? Anyway, …") is not one the reply owed an answer.
+        # Which of the turn's questions the reply took up, by shared terms only: a number or a name in
+        # the reply may answer any of them. One the user moved on from ("…? Anyway, …") is owed nothing.
         addressed = {
-            k for k, q in asked if reply is not None and k >= asker.last_pivot and reply.addresses(q, terms(q))
+            k for k, q in asked if reply is not None and k >= asker.last_pivot and _shares(terms(q), reply.content)
         }
         for k, question in asked:
             skipped = k >= asker.last_pivot and k not in addressed and bool(addressed)

@@ -131,7 +131,7 @@ def report(cases: list[Case], score: Score, misses: bool) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--split", choices=["dev", "heldout"], default=None, help="one split (default: each, then all)")
+    parser.add_argument("--split", default=None, help="one split: dev, heldout, heldout2 (default: each, then all)")
     parser.add_argument("--misses", action="store_true", help="list every miss and false alarm")
     args = parser.parse_args()
     everything = load(args.data)
