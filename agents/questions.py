@@ -68,19 +68,22 @@ SHORT_EXCLAMATION_WORDS = 8
 
 _UNSURE = re.compile(
     r"\b(i (?:don'?t|do not) know|not sure|no idea|i can'?t (?:say|tell)|i cannot (?:say|tell)|unable to"
-    r"|(?:i'?ll|let me) (?:check|find out|get back)|unclear|hard to say"
+    r"|(?:i'?ll|let me) (?:find out|get back)|unclear|hard to say"
     r"|no (?:reliable |up-to-date |current |live |recent )?(?:information|data|details)|no way (?:of|to) (?:know|tell)(?:ing)?"
     r"|i (?:don'?t|do not) have (?:access|your|(?:any |reliable |up-to-date |current |live |real-time |recent )?"
     r"(?:information|data|details|news))|(?:can'?t|cannot) (?:predict|confirm|verify)"
     r"|(?:can'?t|cannot) (?:see|access|check) (?:live|real-time|current|your))\b",
     re.IGNORECASE,
 )
+# "Let me check": not knowing only when nothing else in the reply could be what the check found.
+_CHECKING = re.compile(r"\b(?:i'?ll|let me|i need to|i'd have to) (?:check|look (?:it|that) up|look into)\b", re.I)
 # The assistant puts the question off.
 _DEFER = re.compile(
     r"\b(?:(?:come|circle|get|go) back to (?:that|this|it|your|the)"
     r"|(?:park|table|shelve) (?:that|this|it)|put a pin in|hold that thought|one thing at a time"
+    r"|(?:park|table|shelve|hold off on|pause) [^.!?]{0,30}?\b(?:until|for now|for later|later)"
     r"|set (?:that|this|it) aside|before we (?:get|go|dive|move|jump) (?:to|into|on)"
-    r"|(?:revisit|return to) (?:that|this|it)|first,? (?:let's|let me|we need|we should|i need|tell me)|let's first"
+    r"|(?:revisit|return to) (?:that|this|it)"
     r"|(?:we'll|we will|i'll|i will|let's|we can|we could) (?:get to|cover|look at|talk about|discuss|tackle"
     r"|deal with|sort out|go over|look into) [^.!?]{0,40}?\b(?:later|afterwards|after|shortly|soon|next|once|when"
     r"|in a (?:moment|minute|bit|second|sec)))\b",
@@ -213,8 +216,7 @@ class _Said:
             s
             for s in self.statements
             if not (s.endswith("!") and len(s.split()) <= SHORT_EXCLAMATION_WORDS)
-            and not _DEFER.search(s)
-            and not _TURN_AWAY.search(s)
+            and not any(p.search(s) for p in (_DEFER, _TURN_AWAY, _CHECKING))
         ]
         return terms(" ".join(kept))
 
@@ -232,9 +234,11 @@ class _Said:
 
     @cached_property
     def puts_off(self) -> bool:
-        """Admits not knowing, defers, or turns away."""
+        """Admits not knowing, defers, or turns away; or only promises to check."""
         text = self.turn.content
-        return any(p.search(text) for p in (_UNSURE, _DEFER, _TURN_AWAY))
+        if any(p.search(text) for p in (_UNSURE, _DEFER, _TURN_AWAY)):
+            return True
+        return _CHECKING.search(text) is not None and not self.content
 
     @cached_property
     def asks_back(self) -> bool:
