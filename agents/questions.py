@@ -70,8 +70,8 @@ _UNSURE = re.compile(
     r"\b(i (?:don'?t|do not) know|not sure|no idea|i can'?t (?:say|tell)|i cannot (?:say|tell)|unable to"
     r"|(?:i'?ll|let me) (?:find out|get back)|unclear|hard to say"
     r"|no (?:reliable |up-to-date |current |live |recent )?(?:information|data|details)|no way (?:of|to) (?:know|tell)(?:ing)?"
-    r"|i (?:don'?t|do not) have (?:access|your|(?:any |reliable |up-to-date |current |live |real-time |recent )?"
-    r"(?:information|data|details|news))|(?:can'?t|cannot) (?:predict|confirm|verify)"
+    r"|i (?:don'?t|do not) have (?:access|your|(?:[\w-]{1,20} ){0,2}(?:information|data|details|news|figures))"
+    r"|(?:can'?t|cannot) (?:predict|confirm|verify)"
     r"|(?:can'?t|cannot) (?:see|access|check) (?:live|real-time|current|your))\b",
     re.IGNORECASE,
 )
@@ -84,7 +84,7 @@ _DEFER = re.compile(
     r"|(?:park|table|shelve|hold off on|pause) [^.!?]{0,30}?\b(?:until|for now|for later|later)"
     r"|set (?:that|this|it) aside|before we (?:get|go|dive|move|jump) (?:to|into|on)"
     r"|(?:revisit|return to) (?:that|this|it)"
-    r"|(?:we'll|we will|i'll|i will|let's|we can|we could) (?:get to|cover|look at|talk about|discuss|tackle"
+    r"|(?:we'll|we will|i'll|i will|let's|we can|we could) (?:get to|come to|cover|look at|talk about|discuss|tackle"
     r"|deal with|sort out|go over|look into) [^.!?]{0,40}?\b(?:later|afterwards|after|shortly|soon|next|once|when"
     r"|in a (?:moment|minute|bit|second|sec)))\b",
     re.IGNORECASE,
@@ -150,7 +150,8 @@ _AMOUNT = re.compile(
 # Not content in a question: contractions and words small talk is made of.
 _NOT_CONTENT = frozenset(
     """what's how's where's who's when's why's there's here's isn't aren't doesn't don't didn't can't won't i'd
-    you'll i'll we'll you've something anything everything someone anyone today day""".split()
+    you'll i'll we'll you've something anything everything someone anyone today day help quick question questions
+    favor favour thing""".split()
 )
 # Words assistant filler and questions share without being about the same thing.
 _FILLER_TERMS = _NOT_CONTENT | frozenset(
@@ -210,35 +211,46 @@ class _Said:
         return terms(" ".join(self.statements))
 
     @cached_property
-    def content(self) -> frozenset[str]:
-        """Terms of the statements that could answer: short exclamations and deferring sentences left out."""
-        kept = [
+    def answering(self) -> list[str]:
+        """The statements that could answer: short exclamations and deferring sentences left out."""
+        return [
             s
             for s in self.statements
             if not (s.endswith("!") and len(s.split()) <= SHORT_EXCLAMATION_WORDS)
             and not any(p.search(s) for p in (_DEFER, _TURN_AWAY, _CHECKING))
         ]
-        return terms(" ".join(kept))
+
+    @cached_property
+    def content(self) -> frozenset[str]:
+        return terms(" ".join(self.answering))
 
     @cached_property
     def names(self) -> frozenset[str]:
-        return frozenset(entities(" ".join(self.statements)))
+        return frozenset(entities(" ".join(self.answering)))
 
     @cached_property
     def has_amount(self) -> bool:
-        return any(_AMOUNT.search(s) for s in self.statements)
+        return any(_AMOUNT.search(s) for s in self.answering)
 
     @cached_property
     def says_yes_or_no(self) -> bool:
         return bool(self.sentences) and _YES_NO.search(self.sentences[0]) is not None
 
     @cached_property
-    def puts_off(self) -> bool:
-        """Admits not knowing, defers, or turns away; or only promises to check."""
+    def unsure(self) -> bool:
+        """Admits not knowing, or only promises to check."""
         text = self.turn.content
-        if any(p.search(text) for p in (_UNSURE, _DEFER, _TURN_AWAY)):
-            return True
-        return _CHECKING.search(text) is not None and not self.content
+        return _UNSURE.search(text) is not None or (_CHECKING.search(text) is not None and not self.content)
+
+    @cached_property
+    def puts_off(self) -> bool:
+        """Admits not knowing, defers, or turns away."""
+        return self.unsure or any(p.search(self.turn.content) for p in (_DEFER, _TURN_AWAY))
+
+    @cached_property
+    def clarifies(self) -> bool:
+        """Not knowing yet, and asking what it depends on ("Not sure, it depends on your age. How old are you?")."""
+        return self.unsure and self.asks_back and not any(p.search(self.turn.content) for p in (_DEFER, _TURN_AWAY))
 
     @cached_property
     def asks_back(self) -> bool:
@@ -319,9 +331,9 @@ class _Reading:
         reply = self.said(r)
         if asker.last_pivot > k:
             return not _shares(asked, reply.content, MIN_SHARED_TERMS)
-        if reply.puts_off or skipped:
+        if (reply.puts_off and not reply.clarifies) or skipped:
             return not self.taken_up(asked, r, within)
-        if reply.addresses(question, asked) or not reply.asks_back:
+        if not reply.clarifies and (reply.addresses(question, asked) or not reply.asks_back):
             return False
         left = self._left_after_asking_back(r, question, asked, within)
         return left and not self.taken_up(asked, r, within)
