@@ -1,45 +1,49 @@
 """Open questions: what the user asked and the conversation left unresolved (pure functions).
 
-Found at eviction, per question sentence of a user turn (a sentence ending
-in "?" with at least two content words, small talk and rhetorical questions
-left out: "how are you?", "can you help me with something?", "…, right?",
-"who doesn't love …?"). A question is open when
+Found at eviction, per question sentence of a user turn: a sentence ending in
+"?" with at least two content words beyond small talk ("how are you today?",
+"can you help me with something?" do not count), and not rhetorical ("…,
+right?", "who doesn't love …?"). Assistants pad replies ("Great question!",
+"Happy to help!", "Anything else?"), so none of that decides anything. A
+question is open when
 
-- the reply admits not knowing ("I'm not sure", "I don't have up-to-date
-  information");
+- the reply admits not knowing ("I'm not sure", "I don't have live data",
+  or "let me check" with nothing after it);
 - the reply puts it off ("let's come back to that", "before we get to
-  that", "first, let's …", "we can look at that later");
+  that", "let's park testing until …", "we can look at that later");
 - the reply turns away from it ("speaking of …", "have you considered …",
   "let's talk about …");
-- the user dropped it: a later sentence of the same turn pivots ("never
-  mind — what about hotels?", "anyway, …") and the reply does not take it
-  up anyway;
-- the reply leaves it out while answering another question of the same turn;
-- the reply does not address it and asks the user something back (a
-  clarifying question or an offer, not "anything else?"), and the user then
-  changes the subject, says goodbye, or the session ends, or the
-  assistant's reply after the user's answer still does not address it;
+- the user dropped it: a later sentence of the same turn moves on
+  ("Actually, never mind — what about hotels?", "Anyway, …") and the reply
+  does not take it up all the same;
+- the reply answers another question of the same turn and not this one;
+- the reply does not address it but asks something back (a clarifying
+  question or an offer, not "anything else?"; "not sure, it depends — how
+  old are you?" is one too), and then the user moves on or says goodbye,
+  or answers only with an unrelated question, or the session ends, or the
+  assistant's next reply still does not address it;
 - at session end, nothing replied.
 
-A reply "addresses" a question when the two share a content term (stemmed,
-filler such as "great", "happy", "help" left out, short exclamations such as
-"Sourdough is such a rewarding hobby!" not counted), or when it has the kind
-of answer the question asks for: a number or time for "how long/much/many,
-when, what time", a yes/no opening for a yes/no question, a name for
-"where/which/who". A reply that neither addresses a question nor shows any
-sign of turning away gets the benefit of the doubt ("What's the weather
-like in March?" "Expect 0 to 3 °C." shares no term). A question put off or
-turned away from is still not open when a later turn of the chunk takes it
-up (shares two of its terms): the assistant came back to it, or the user
-answered it themselves ("the screen says gate 14 for the Lisbon flight").
-So is one the user answers in the same turn ("oh, found it"). A question in
-a trimmed chunk that the chunk leaves hanging (no reply, or a clarifying
-question with no answer yet) may still be answered in the turns the window
-kept, so only a session end makes it open.
+A reply "addresses" a question when they share a content term (stemmed;
+filler such as "great", "happy", "help" and short exclamations such as
+"Sourdough is such a rewarding hobby!" do not count), or when it holds the
+kind of answer asked for: a number or a time for "how long/much/many, when,
+what time", a yes/no opening for a yes/no question, a name for
+"where/which/who". A reply that does not address a question but shows no
+sign of putting it off gets the benefit of the doubt ("What's the weather
+like in Reykjavik in March?" — "Expect 0 to 3 °C." shares no term).
 
-Every pattern repeats a bounded number of times, and each question looks at
-most LOOKAHEAD turns ahead, each turn's terms computed once: linear in the
-chunk's text.
+A question put off is not open after all when a later turn of the chunk
+shares two of its terms: the assistant came back to it, or the user
+answered it ("the screen says gate 14 for the Lisbon flight"). Nor is one
+the user answers or settles in the same turn ("Oh, found it", "Never mind,
+I'll call them"). A question a trimmed chunk leaves hanging (no reply, or
+a question back not answered yet) may still be answered in the turns the
+window kept, so only a session end makes it open.
+
+Precision and recall on a labelled set: tests/bench/questions.py. Every
+pattern repeats a bounded number of times, and each question looks at most
+LOOKAHEAD turns ahead with each turn read once: linear in the chunk's text.
 
 A later user statement that shares enough of the question's terms is taken
 as a tentative answer: memstream cannot know it is right, so it says
@@ -69,7 +73,8 @@ SHORT_EXCLAMATION_WORDS = 8
 _UNSURE = re.compile(
     r"\b(i (?:don'?t|do not) know|not sure|no idea|i can'?t (?:say|tell)|i cannot (?:say|tell)|unable to"
     r"|(?:i'?ll|let me) (?:find out|get back)|unclear|hard to say"
-    r"|no (?:reliable |up-to-date |current |live |recent )?(?:information|data|details)|no way (?:of|to) (?:know|tell)(?:ing)?"
+    r"|no (?:reliable |up-to-date |current |live |recent )?(?:information|data|details)"
+    r"|no way (?:of|to) (?:know|tell)(?:ing)?"
     r"|i (?:don'?t|do not) have (?:access|your|(?:[\w-]{1,20} ){0,2}(?:information|data|details|news|figures))"
     r"|(?:can'?t|cannot) (?:predict|confirm|verify)"
     r"|(?:can'?t|cannot) (?:see|access|check) (?:live|real-time|current|your))\b",
@@ -103,8 +108,8 @@ _FILLER_QUESTION = re.compile(
 )
 # The user gives up on what they just asked ("Actually, never mind — …", "Oh wait, more urgent: …").
 _PIVOT = re.compile(
-    r"^\W{0,3}(?:(?:actually|ok|okay|hm{1,4}|oh|well|so|wait)\W{1,3}){0,3}(?:never ?mind|forget (?:it|that|about it)"
-    r"|scratch that|anyway|anyhow|wait|on second thought|more (?:urgent|important)(?:ly)?|different question"
+    r"^\W{0,3}(?:(?:actually|ok|okay|hm{1,4}|oh|well|so)\W{1,3}){0,3}(?:never ?mind|forget (?:it|that|about it)"
+    r"|scratch that|anyway|anyhow|oh,? wait|on second thought|more (?:urgent|important)(?:ly)?|different question"
     r"|unrelated|change of (?:subject|topic)|let's talk about|instead)\b",
     re.IGNORECASE,
 )
@@ -143,7 +148,7 @@ _WHO_WHERE = re.compile(_OPENER + r"(?:where|which|who)\b", re.IGNORECASE)
 _AMOUNT = re.compile(
     r"\d|\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|fifty|hundred"
     r"|thousand|half|dozen|couple|morning|afternoon|evening|night|noon|midnight|weekend|week|month|year|spring"
-    r"|summer|autumn|fall|winter|january|february|march|april|may|june|july|august|september|october|november"
+    r"|summer|autumn|winter|january|february|march|april|june|july|august|september|october|november"
     r"|december|monday|tuesday|wednesday|thursday|friday|saturday|sunday|tomorrow|tonight|daily)\b",
     re.IGNORECASE,
 )
@@ -281,7 +286,8 @@ class _Said:
             return True
         if _POLAR.search(question) and self.says_yes_or_no:
             return True
-        return _WHO_WHERE.search(question) is not None and bool(self.names - set(entities(question)))
+        # A name the question does not hold (counted without copying the reply's names: one question at a time).
+        return _WHO_WHERE.search(question) is not None and len(self.names) > len(self.names & set(entities(question)))
 
 
 def _realises(sentence: str) -> bool:
@@ -295,6 +301,7 @@ class _Reading:
         self.turns = turns
         self.session_ended = session_ended
         self._said: dict[int, _Said] = {}
+        self._on_topic: dict[tuple[int, int], bool] = {}
 
     def said(self, i: int) -> _Said:
         if i not in self._said:
@@ -305,7 +312,8 @@ class _Reading:
         return next((j for j in range(after + 1, min(within, len(self.turns))) if self.turns[j].role is role), None)
 
     def taken_up(self, asked: frozenset[str], after: int, within: int) -> bool:
-        """A later turn shares enough of the question's terms: the assistant came back to it, or the user answered it."""
+        """Whether a later turn shares enough of the question's terms: the assistant came back to it, or the user
+        answered it."""
         for j in range(after + 1, min(within, len(self.turns))):
             said = self.said(j)
             if said.turn.role is Role.USER:
@@ -314,6 +322,12 @@ class _Reading:
             elif not said.puts_off and _shares(asked, said.content, MIN_SHARED_TERMS):
                 return True
         return False
+
+    def _answers(self, r: int, u: int) -> bool:
+        """Whether user turn `u` touches what reply `r` asked; once per pair, however many questions ask."""
+        if (r, u) not in self._on_topic:
+            self._on_topic[(r, u)] = bool(self.said(r).terms & self.said(u).terms)
+        return self._on_topic[(r, u)]
 
     def left_open(self, i: int, k: int, question: str, skipped: bool) -> bool:
         """Whether sentence `k` of user turn `i`, `question`, is left open by the chunk.
@@ -349,7 +363,7 @@ class _Reading:
         if u is None:
             return self.session_ended
         answer = self.said(u)
-        if answer.leaves or (not answer.statements and not _shares(asked | self.said(r).terms, answer.terms)):
+        if answer.leaves or (not answer.statements and not _shares(asked, answer.terms) and not self._answers(r, u)):
             return True
         r2 = self.next_turn(u, Role.ASSISTANT, within)
         if r2 is None:
