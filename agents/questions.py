@@ -369,7 +369,10 @@ class _Reading:
         if r2 is None:
             return self.session_ended
         final = self.said(r2)
-        return final.puts_off or not final.addresses(question, asked)
+        # A reply that builds on what the user told it (not on a new question of theirs) answers the
+        # question it had asked back about: "Help me plan Japan?" "When?" "April." "April is blossom season: …"
+        builds_on = answer.statements == answer.sentences and _shares(answer.terms, final.content)
+        return final.puts_off or not (builds_on or final.addresses(question, asked))
 
 
 def unresolved(turns: Sequence[TurnEvent], *, session_ended: bool) -> list[tuple[TurnEvent, str]]:

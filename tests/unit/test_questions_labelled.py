@@ -86,6 +86,16 @@ def test_a_question_asked_back_about_is_open_only_once_the_session_ends_without_
     assert open_in(answered, reason="trimmed") == []
 
 
+def test_a_reply_that_builds_on_the_users_answer_to_a_question_back_closes_the_question() -> None:
+    """The usual assistant exchange: the final reply names nothing of the request, only what the user said."""
+    asked = ["Can you help me plan a trip to Japan?", "Of course! When are you going?", "In April, for two weeks."]
+    assert open_in([*asked, "April is cherry blossom season: spend four days in Tokyo and three in Kyoto."]) == []
+    assert open_in([*asked, "Great, anything else?"]) == [asked[0]]
+    # A user who answers with a new question of their own moved on: the reply to that says nothing of this one.
+    moved_on = [asked[0], asked[1], "April, I think. Actually, what's the best travel insurance for April?"]
+    assert open_in([*moved_on, "World Nomads covers most April travel."]) == [asked[0]]
+
+
 def test_a_question_put_off_and_answered_later_in_the_chunk_is_not_open() -> None:
     asked = "Do I need a visa for Vietnam?"
     put_off = [asked, "Let's come back to that after the route. Which cities?", "Hanoi and Hoi An."]
