@@ -130,7 +130,12 @@ class Settings(BaseSettings):
     decay_after_days: float = 7.0
     prune_below: float = 0.1
     prune_after_days: float = 30.0
-    pattern_min_episodes: int = 5
+    # Patterns (agents/maintenance/logic.py, chosen on tests/bench/patterns.py): at least this many episodes
+    # whose mean cosine is this many standard deviations above the user's typical pair of episodes, the
+    # user's pairs pooled with this many pairs of unrelated episodes (the prior of a short history).
+    pattern_min_episodes: int = 4
+    pattern_spread: float = 1.0
+    pattern_prior_pairs: float = 200.0
     semantic_window_days: float = 90.0
     # An open question recall surfaced this often, or open this long, is deferred (no longer surfaced).
     question_max_surfaced: int = 3

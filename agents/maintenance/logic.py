@@ -17,13 +17,18 @@ Rules of a pass, in this order, over the user's active memories:
    at this `now`, `updated_at == now`, is left alone);
 2. prune: importance (after decay) below `prune_below` and not seen for
    `prune_after` → status `pruned`, op `deleted`, the reason in the change;
-3. patterns: complete-link agglomerative clusters of the active, uncompressed
-   episodes' vectors: the two closest clusters merge while the *least* similar
-   pair across them has cosine ≥ `pattern_similarity` (0.8), so every pair of
-   members of a cluster is that similar (one theme, no chains). A cluster of
-   ≥ `pattern_min` episodes becomes one `pattern` memory stating the shared
-   terms and its most typical member, and its members get `compressed = true`
-   (out of default recall, kept in Postgres and the index);
+3. patterns: average-link agglomerative clusters of the active, uncompressed
+   episodes' vectors: the two clusters whose cross pairs have the highest
+   mean cosine merge while that mean is ≥ the user's link threshold, which is
+   `pattern_spread` (1.0) standard deviations above the mean cosine of a pair
+   of the user's episodes (all of them, compressed too), those pairs pooled
+   with `pattern_prior_pairs` (200) pairs of unrelated episodes, so a short
+   history leans on what unrelated episodes look like and a long one on its
+   own. A cluster of ≥ `pattern_min` (4) episodes becomes one `pattern`
+   memory stating the shared terms and its most typical member, and its
+   members get `compressed = true` (out of default recall, kept in Postgres
+   and the index). Method and values were chosen on a labelled set of
+   assistant conversations (tests/bench/patterns.py);
 4. semantic: a topic term is a content word of an episode's `category` (its
    summary's most frequent words) that is not a name: entities are not
    topics, and a word the user's episodes give as an entity (capitalised
@@ -71,7 +76,12 @@ from schemas.memory import QuestionState
 from services.config import Settings
 from services.textutil import content_hash, content_words, stable_id
 
-PATTERN_SIMILARITY = 0.8
+PATTERN_SPREAD = 1.0
+PATTERN_PRIOR_PAIRS = 200.0
+# MiniLM cosines of two unrelated assistant-conversation episodes (the labelled set's half "a", pairs of
+# different themes): what a user's history is measured against until it has enough pairs of its own.
+PATTERN_PRIOR_MEAN = 0.075
+PATTERN_PRIOR_STD = 0.09
 SEMANTIC_MIN_MEMBERS = 3
 SEMANTIC_MIN_SESSIONS = 2
 SEMANTIC_MAX_TOPICS = 5
@@ -94,7 +104,8 @@ class Rules:
     prune_after: timedelta
     pattern_min: int
     semantic_window: timedelta
-    pattern_similarity: float = PATTERN_SIMILARITY
+    pattern_spread: float = PATTERN_SPREAD
+    pattern_prior_pairs: float = PATTERN_PRIOR_PAIRS
     question_max_surfaced: int = 3
     question_defer_after: timedelta = timedelta(days=30)
     semantic_min_members: int = SEMANTIC_MIN_MEMBERS
@@ -109,6 +120,8 @@ class Rules:
             prune_below=s.prune_below,
             prune_after=timedelta(days=s.prune_after_days),
             pattern_min=s.pattern_min_episodes,
+            pattern_spread=s.pattern_spread,
+            pattern_prior_pairs=s.pattern_prior_pairs,
             semantic_window=timedelta(days=s.semantic_window_days),
             question_max_surfaced=s.question_max_surfaced,
             question_defer_after=timedelta(days=s.question_defer_days),
@@ -235,16 +248,41 @@ def similarities(vectors: Sequence[Sequence[float]]) -> np.ndarray:
     return rounded
 
 
-def clusters(vectors: Sequence[Sequence[float]], threshold: float) -> list[list[int]]:
-    """Complete-link agglomerative clusters at cosine ≥ threshold, as sorted index lists.
+def link_threshold(vectors: Sequence[Sequence[float]], rules: Rules) -> float:
+    """The mean cosine a group of the user's episodes needs to be one theme: what stands out for this user.
 
-    Repeatedly merge the two clusters whose least similar cross pair is the
-    most similar, while that pair is ≥ threshold: every two members of a
-    cluster are then that similar, so a cluster cannot chain from one subject
-    to another the way connected components do. Ties go to the lowest
-    indices, so the result depends on the vectors and their order only; and
-    dropping whole clusters from the input leaves the others as they were
-    (a re-plan after compressing a pattern's members finds nothing new).
+    `pattern_spread` standard deviations above the mean cosine of a pair of
+    the user's episodes. How alike two unrelated episodes are depends on the
+    user (two friends chatting share names and small talk in every session;
+    an assistant's filler recurs in every reply), so one fixed cosine either
+    finds nothing or makes a whole history one pattern. The user's pairs are
+    pooled with `pattern_prior_pairs` pairs of unrelated episodes as MiniLM
+    sees them (PATTERN_PRIOR_MEAN ± PATTERN_PRIOR_STD, measured on the
+    labelled set's pairs of different themes): a short history, or one of a
+    single theme, has no background of its own to stand out from, and a long
+    one outweighs the prior.
+    """
+    n = len(vectors)
+    pairs = similarities(vectors)[np.triu_indices(n, 1)] if n >= 2 else np.zeros(0)
+    own, prior = len(pairs), rules.pattern_prior_pairs
+    mean = (float(pairs.sum()) + prior * PATTERN_PRIOR_MEAN) / (own + prior)
+    # The pooled variance: each part's spread plus how far its mean is from the pooled one.
+    squares = float(((pairs - mean) ** 2).sum()) + prior * (PATTERN_PRIOR_STD**2 + (PATTERN_PRIOR_MEAN - mean) ** 2)
+    return round(mean + rules.pattern_spread * math.sqrt(squares / (own + prior)), SIMILARITY_DECIMALS)
+
+
+def clusters(vectors: Sequence[Sequence[float]], threshold: float) -> list[list[int]]:
+    """Average-link agglomerative clusters at mean cosine ≥ threshold, as sorted index lists.
+
+    Repeatedly merge the two clusters whose cross pairs have the highest mean
+    cosine, while that mean is ≥ threshold: every cluster's pairs are then that
+    similar on average, and no two clusters are. Unlike complete link, one
+    unlike pair (two steps of one plan worded apart) does not split a theme;
+    unlike single link, a cluster does not chain from one subject to another.
+    Ties go to the lowest indices, so the result depends on the vectors and
+    their order only; and dropping whole clusters from the input leaves the
+    others as they were (the link of two clusters depends on their members
+    only, so a re-plan after compressing a pattern's members finds nothing new).
     Cost: a scan of the n × n matrix per merge, fine for one user's episodes.
     """
     n = len(vectors)
@@ -257,8 +295,9 @@ def clusters(vectors: Sequence[Sequence[float]], threshold: float) -> list[list[
         i, j = divmod(int(np.argmax(sim)), n)  # the first maximum: i < j, lowest indices first
         if sim[i, j] < threshold:
             break
-        # The merged cluster keeps index i; its link to any other is the weaker of its two parts'.
-        sim[i] = np.minimum(sim[i], sim[j])
+        # The merged cluster keeps index i; its link to any other is the size-weighted mean of its parts'.
+        a, b = len(groups[i]), len(groups[j])
+        sim[i] = np.round((a * sim[i] + b * sim[j]) / (a + b), SIMILARITY_DECIMALS)
         sim[:, i] = sim[i]
         sim[i, i] = -np.inf
         sim[j] = -np.inf
@@ -499,9 +538,12 @@ def _episodes(plan: Plan) -> list[MemoryRecord]:
 
 
 def _patterns(plan: Plan, taken: set[str], now: datetime, rules: Rules) -> None:
-    candidates = [r for r in _episodes(plan) if not r.compressed and plan.vectors.get(r.id) is not None]
+    # The threshold comes from all the user's episodes, compressed ones too: a re-plan sees the same one.
+    episodes = [r for r in _episodes(plan) if plan.vectors.get(r.id) is not None]
+    threshold = link_threshold([plan.vectors[r.id] or [] for r in episodes], rules)
+    candidates = [r for r in episodes if not r.compressed]
     vectors = [plan.vectors[r.id] or [] for r in candidates]
-    for group in clusters(vectors, rules.pattern_similarity):
+    for group in clusters(vectors, threshold):
         if len(group) < rules.pattern_min:
             continue
         members = [candidates[i] for i in group]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -24,6 +25,7 @@ from agents.maintenance.logic import (
     decay,
     defer,
     last_seen,
+    link_threshold,
     mean_vector,
     plan_user,
     prune,
@@ -167,18 +169,57 @@ def cosine(u: list[float], v: list[float]) -> float:
 nonzero = st.lists(st.floats(-1, 1), min_size=3, max_size=3).filter(lambda v: float(np.linalg.norm(v)) > 1e-3)
 
 
+def mean_cosine(vectors: list[list[float]], g: list[int], h: list[int]) -> float:
+    """The mean cosine of the pairs across g and h (within g when h is g)."""
+    pairs = [(i, j) for i in g for j in h if i != j]
+    return sum(cosine(vectors[i], vectors[j]) for i, j in pairs) / len(pairs)
+
+
 @given(st.lists(nonzero, max_size=14), st.floats(0.5, 0.95))
-def test_complete_link_clusters_partition_are_pairwise_close_and_maximal(
+def test_average_link_clusters_partition_are_close_on_average_and_maximal(
     vectors: list[list[float]], threshold: float
 ) -> None:
     groups = clusters(vectors, threshold)
     assert sorted(i for g in groups for i in g) == list(range(len(vectors)))
     for g in groups:
-        assert all(cosine(vectors[i], vectors[j]) >= threshold - 1e-6 for i in g for j in g)
-    # Maximal: no two clusters could merge (their least similar cross pair is below the threshold).
+        assert len(g) == 1 or mean_cosine(vectors, g, g) >= threshold - 1e-5
+    # Maximal: no two clusters could merge (the mean cosine across them is below the threshold).
     for k, g in enumerate(groups):
         for h in groups[k + 1 :]:
-            assert min(cosine(vectors[i], vectors[j]) for i in g for j in h) < threshold + 1e-6
+            assert mean_cosine(vectors, g, h) < threshold + 1e-5
+
+
+def test_one_unlike_pair_does_not_split_a_theme() -> None:
+    # Four steps of one plan, 20° apart: neighbours close (0.94), the first and last worded apart (0.5).
+    plan = [[math.cos(math.radians(a)), math.sin(math.radians(a))] for a in (0, 20, 40, 60)]
+    assert cosine(plan[0], plan[3]) == pytest.approx(0.5)
+    assert clusters(plan, 0.7) == [[0, 1, 2, 3]]  # complete link at 0.7 made [[0, 1], [2, 3]]
+    assert clusters(plan, 0.75) == [[0, 1], [2, 3]]
+
+
+def pairwise(cosines: list[float], dim: int = 64, seed: int = 0) -> list[list[float]]:
+    """Unit vectors with about the given mean cosine to each other: a shared direction plus noise."""
+    rng = np.random.default_rng(seed)
+    shared = rng.normal(size=dim)
+    out = []
+    for c in cosines:
+        v = math.sqrt(c) * shared / np.linalg.norm(shared) + math.sqrt(1 - c) * rng.normal(size=dim) / math.sqrt(dim)
+        out.append([float(x) for x in v])
+    return out
+
+
+def test_the_link_threshold_is_what_stands_out_for_the_user() -> None:
+    # Six episodes of one theme and nothing else (the user planning a trip): no background of their own,
+    # the prior of unrelated episodes says their mutual similarity stands out.
+    trip = pairwise([0.55] * 6)
+    assert clusters(trip, link_threshold(trip, RULES)) == [list(range(6))]
+    # Sixty episodes of two friends chatting: everything is about as alike as the trip was, and the
+    # threshold rises above it; a whole history is never one pattern.
+    chat = pairwise([0.45] * 60, seed=1)
+    threshold = link_threshold(chat, RULES)
+    assert threshold > mean_cosine(chat, list(range(60)), list(range(60))) + 0.05
+    assert max(len(g) for g in clusters(chat, threshold)) < 10
+    assert link_threshold([], RULES) == link_threshold(trip[:1], RULES)  # no pairs: the prior alone
 
 
 @given(st.lists(nonzero, max_size=14), st.floats(0.5, 0.95), st.data())
