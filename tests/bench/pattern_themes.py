@@ -9,8 +9,8 @@ vocabulary but not the subject ("trip to Japan" / "Japanese cooking",
 A session here is its substance: (user asks, assistant answers, user follows
 up); the set wraps it in the filler assistants talk with.
 
-The themes are in two halves with no text in common, so a method chosen on
-one half can be confirmed on the other.
+The themes and one-offs are in two halves with no text in common (the filler is
+shared), so a method chosen on one half can be confirmed on the other.
 """
 
 from __future__ import annotations
