@@ -55,9 +55,11 @@ class Settings(BaseSettings):
     window_keep_last: int = 3
     # A window over a limit is trimmed to this share of both: evicted turns leave in runs (agents/window/logic.py).
     window_trim_to: float = Field(0.5, gt=0, le=1)
-    # Turns per window-stage transaction, and how long a batch may wait to fill.
+    # Turns per window-stage transaction, and how long a batch may wait to fill. The waits of the window,
+    # embedder and consolidator (0.1 s each) make a trickle of turns arrive in batches of a few: each batch
+    # costs a transaction and a wait for the broker whatever its size (README, "Benchmarks").
     window_batch_size: int = 64
-    window_batch_within: float = 0.02
+    window_batch_within: float = 0.1
 
     max_content_bytes: int = 64 * 1024
     # Largest message memstream produces (Kafka's default limit is 1 MiB):
@@ -72,11 +74,10 @@ class Settings(BaseSettings):
 
     embed_model_dir: Path | None = None
     embed_batch_size: int = 64
-    embed_batch_within: float = 0.05
+    embed_batch_within: float = 0.1
     embed_cache_size: int = 50_000
     embed_threads: int = 2
-    # int8 MiniLM: about twice the texts per CPU second, vectors within cosine ~0.99 of float32. Changing it
-    # changes the vectors: run `memstream rebuild index` (README, "Embeddings").
+    # int8 MiniLM: about twice the texts per CPU second, vectors within cosine ~0.99 of float32 (README, embedder).
     embed_quantized: bool = True
     # Recall's query vectors kept by exact text (services/embedding/query_cache.py); ~1.5 KB each with MiniLM.
     query_cache_size: int = Field(10_000, ge=0)
@@ -87,8 +88,11 @@ class Settings(BaseSettings):
     gil_switch_interval_ms: float = Field(1.0, gt=0, le=100)
 
     consolidate_batch_size: int = 256
-    consolidate_batch_within: float = 0.05
+    consolidate_batch_within: float = 0.1
 
+    # Evicted chunks per summarizer batch (one send and one wait for the broker); 1 with an LLM configured.
+    summarize_batch_size: int = Field(16, ge=1)
+    summarize_batch_within: float = 0.1
     summary_max_sentences: int = 3
 
     recall_top_k: int = 10

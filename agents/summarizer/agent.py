@@ -47,10 +47,11 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         return await llm.candidates(event, chunk, extractive)
 
     async def summarize_chunks(items: list[tuple[Any, EvictedChunk]]) -> None:
+        candidates: list[MemoryCandidate] = []
         for event, chunk in items:
-            memories = await memories_for(event, chunk)
-            questions = await asyncio.to_thread(question_candidates, chunk)
-            await forward(topics.candidates, STAGE, memories + questions)
+            candidates += await memories_for(event, chunk)
+            candidates += await asyncio.to_thread(question_candidates, chunk)
+        await forward(topics.candidates, STAGE, candidates)
 
     async def summarize_one(events: list[Any]) -> None:
         with span(STAGE, len(events)):
@@ -58,8 +59,14 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
             items = [(ev, (ev, chunk)) for ev, chunk in parsed]
             await deliver(items, summarize_chunks, dlq, STAGE, max_delay=s.retry_max_backoff)
 
+    # Chunks come in bursts (sessions trimmed together, session ends): a batch of them is one send. With an
+    # LLM each chunk is a request of seconds, so a chunk's episode is not held up by the rest of a batch.
+    size = 1 if llm is not None else s.summarize_batch_size
+
     async def summarizer(stream: Any) -> None:
-        # One chunk at a time, acknowledged once its episode is on memory.candidates.
-        await consume_batches(stream, 1, 1.0, summarize_one, stage=STAGE, max_delay=s.retry_max_backoff)
+        # A batch is acknowledged once its episodes are on memory.candidates.
+        await consume_batches(
+            stream, size, s.summarize_batch_within, summarize_one, stage=STAGE, max_delay=s.retry_max_backoff
+        )
 
     app.agent(topics.evicted, name="summarizer")(summarizer)

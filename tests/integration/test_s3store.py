@@ -132,6 +132,26 @@ def test_if_match_replaces_only_the_version_it_names(port: int) -> None:
     assert client.put("meta.json", b"{}", If_None_Match="*").status == 412
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/{BUCKET}/a/../../escape.txt",
+        f"/{BUCKET}/a/%2E%2E/%2e%2e/escape.txt",
+        f"/{BUCKET}/a/./b",
+        f"/{BUCKET}/a//b",
+        f"/{BUCKET}/a/b%00c",
+        f"/{BUCKET}/a/",
+    ],
+)
+def test_a_key_that_could_leave_the_bucket_is_refused(port: int, root: Path, path: str) -> None:
+    """Keys are joined without resolving links (s3store.Handler._object_path): the segments alone must keep them in."""
+    client = Client(port)
+    assert client.request("PUT", path, b"x").status == 400
+    assert client.request("GET", path).status in (400, 404)
+    written = [p for p in root.parent.rglob("*") if p.is_file() and p.name not in ("credentials.json",)]
+    assert not [p for p in written if "escape" in p.name or p.name in ("b", "b\0c")], written
+
+
 def test_concurrent_compare_and_swap_loses_no_update(port: int) -> None:
     """tansu's pattern on its metadata object: read, change, write If-Match, retry on 412."""
     Client(port).put("counter.json", json.dumps({"n": 0}).encode())
