@@ -131,7 +131,7 @@ class Handler(localbucket.S3Handler):  # type: ignore[misc]
         is resolved once at start (make_server), and only this process writes under it (0700), so no link
         can lead out of it.
         """
-        bucket_dir = self._bucket_dir(bucket)
+        bucket_dir: Path = self._bucket_dir(bucket)
         parts = key.split("/")
         if key.endswith("/") or any(part in ("", ".", "..") or "\0" in part for part in parts):
             raise localbucket.S3Error(
