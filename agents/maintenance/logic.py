@@ -264,11 +264,12 @@ def link_threshold(vectors: Sequence[Sequence[float]], rules: Rules) -> float:
     """
     n = len(vectors)
     pairs = similarities(vectors)[np.triu_indices(n, 1)] if n >= 2 else np.zeros(0)
-    own, prior = len(pairs), rules.pattern_prior_pairs
-    mean = (float(pairs.sum()) + prior * PATTERN_PRIOR_MEAN) / (own + prior)
+    prior = rules.pattern_prior_pairs
+    total = len(pairs) + prior or 1.0  # no pairs and no prior: nothing to cluster anyway
+    mean = (float(pairs.sum()) + prior * PATTERN_PRIOR_MEAN) / total
     # The pooled variance: each part's spread plus how far its mean is from the pooled one.
     squares = float(((pairs - mean) ** 2).sum()) + prior * (PATTERN_PRIOR_STD**2 + (PATTERN_PRIOR_MEAN - mean) ** 2)
-    return round(mean + rules.pattern_spread * math.sqrt(squares / (own + prior)), SIMILARITY_DECIMALS)
+    return round(mean + rules.pattern_spread * math.sqrt(squares / total), SIMILARITY_DECIMALS)
 
 
 def clusters(vectors: Sequence[Sequence[float]], threshold: float) -> list[list[int]]:

@@ -220,6 +220,7 @@ def test_the_link_threshold_is_what_stands_out_for_the_user() -> None:
     assert threshold > mean_cosine(chat, list(range(60)), list(range(60))) + 0.05
     assert max(len(g) for g in clusters(chat, threshold)) < 10
     assert link_threshold([], RULES) == link_threshold(trip[:1], RULES)  # no pairs: the prior alone
+    assert link_threshold(trip[:1], Rules(**{**RULES.__dict__, "pattern_prior_pairs": 0.0})) == 0.0
 
 
 @given(st.lists(nonzero, max_size=14), st.floats(0.5, 0.95), st.data())
