@@ -6,8 +6,8 @@ tests/bench/pattern_themes.py) has
 - a primary theme over 2 to 8 sessions (around `pattern_min_episodes`; the
   issue's case, six sessions planning a trip to Japan, is user a00);
 - for two users in three, a second theme over 2 to 6 sessions;
-- a near miss of the primary theme (1 or 2 sessions on its vocabulary-sharing
-  partner: Japanese cooking beside a trip to Japan);
+- a near miss of the primary theme, when it has one (1 or 2 sessions on its
+  vocabulary-sharing partner: Japanese cooking beside a trip to Japan);
 - one session of another theme, and two one-off requests;
 
 and 4 users per half talk about one theme only (5 to 8 sessions, and one
