@@ -165,6 +165,6 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         stage=STAGE,
         model=SealedChangeMessage,
         size=s.consolidate_batch_size,
-        within=s.consolidate_batch_within,
+        within=s.index_batch_within,
         handle=handle,
     )
