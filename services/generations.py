@@ -52,6 +52,7 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
 # The derived tables: what a generation re-creates from the log. Every other table stays shared in `public`.
 DERIVED_TABLES = (
     "applied_commands",
+    "corpus_counts",
     "memories",
     "memory_centroids",
     "outbox",

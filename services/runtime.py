@@ -10,7 +10,16 @@ from services.config import Settings
 from services.embedding import CachedEmbedder, Embedder, MiniLmEmbedder
 from services.llm import LlmClient
 from services.stores import open_vector_index
-from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, PgPool, SummaryStore, WindowStore, migrate
+from services.stores.postgres import (
+    CorpusCounts,
+    MemoryReader,
+    MemoryWriter,
+    Outbox,
+    PgPool,
+    SummaryStore,
+    WindowStore,
+    migrate,
+)
 from services.stores.vector import Bm25Encoder, VectorIndex
 
 
@@ -25,6 +34,7 @@ class Runtime:
     index: VectorIndex
     bm25: Bm25Encoder
     summaries: SummaryStore
+    corpus: CorpusCounts
     # One client per process, so its concurrency limit is the process's; None = no LLM.
     llm: LlmClient | None = None
     _embedder: Embedder | None = None
@@ -49,6 +59,7 @@ class Runtime:
             index=open_vector_index(settings),
             bm25=Bm25Encoder.from_settings(settings),
             summaries=SummaryStore(pool),
+            corpus=CorpusCounts(pool),
             llm=LlmClient.from_settings(settings),
         )
 

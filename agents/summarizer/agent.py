@@ -23,6 +23,7 @@ from agents.stage import consume_batches, deliver, forward, parse_or_dlq, span
 from agents.summarizer.candidates import EXTRACTOR, candidate_for
 from agents.summarizer.extractive import summarize
 from agents.summarizer.llm import LLM_INVALID_OUTPUT, LlmPath
+from agents.summarizer.salience import Salience, lookup_buckets
 from agents.topics import Topics
 from schemas import EvictedChunk, MemoryCandidate
 from services.runtime import Runtime
@@ -31,15 +32,25 @@ STAGE = "summarizer"
 __all__ = ["LLM_INVALID_OUTPUT", "STAGE", "register"]
 
 
+async def salience_by_tenant(rt: Runtime, chunks: list[EvictedChunk]) -> dict[str, Salience]:
+    """The corpus counts a batch's summaries need: one query per tenant, only the buckets its chunks name."""
+    wanted: dict[str, set[int]] = {}
+    for chunk in chunks:
+        wanted.setdefault(chunk.tenant_id, set()).update(lookup_buckets(chunk.turns))
+    return {tenant: Salience(await rt.corpus.counts(tenant, buckets)) for tenant, buckets in wanted.items()}
+
+
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
     dlq = DeadLetters(topics.dlq, s.max_message_bytes)
     llm = None if rt.llm is None else LlmPath(rt.llm, dlq, rt.summaries, STAGE)
 
-    async def memories_for(event: Any, chunk: EvictedChunk) -> list[MemoryCandidate]:
+    async def memories_for(event: Any, chunk: EvictedChunk, salience: Salience) -> list[MemoryCandidate]:
         """The extractive summary also gates the LLM: a chunk of greetings costs no request."""
         # CPU work over up to a message's worth of text: a worker thread keeps the shared event loop answering.
-        extractive = await asyncio.to_thread(summarize, chunk.turns, s.summary_max_sentences) if chunk.turns else None
+        extractive = (
+            await asyncio.to_thread(summarize, chunk.turns, s.summary_max_sentences, salience) if chunk.turns else None
+        )
         if extractive is None:
             return []
         if llm is None:
@@ -48,8 +59,9 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
 
     async def summarize_chunks(items: list[tuple[Any, EvictedChunk]]) -> None:
         candidates: list[MemoryCandidate] = []
+        saliences = await salience_by_tenant(rt, [chunk for _, chunk in items])
         for event, chunk in items:
-            candidates += await memories_for(event, chunk)
+            candidates += await memories_for(event, chunk, saliences[chunk.tenant_id])
             candidates += await asyncio.to_thread(question_candidates, chunk)
         await forward(topics.candidates, STAGE, candidates)
 

@@ -1,18 +1,21 @@
 """Extractive episodic summaries: the default, needing no model at all.
 
 Sentences are scored by how many of the chunk's frequent content words they
-carry, with a bonus for the user's own words; the best few are kept in their
-original order so the summary still reads as the conversation went.
+carry, each word weighed by how rarely assistants say it (salience.py), with
+the user's own words counting double; a sentence that many replies say is
+padding. The best few are kept in their original order so the summary still
+reads as the conversation went. Topics are the chunk's weightiest content
+words, names first.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
 from agents.rules.extract import entities, sentences
+from agents.summarizer.salience import NEUTRAL, Salience
 from schemas import Role, TurnEvent
 from services.textutil import content_words
 
@@ -35,39 +38,60 @@ def _shorten(sentence: str) -> str:
     return sentence if len(words) <= MAX_SENTENCE_TOKENS else " ".join(words[:MAX_SENTENCE_TOKENS]) + " ..."
 
 
-def summarize(turns: list[TurnEvent], max_sentences: int) -> Episode | None:
+USER_WEIGHT = 2.0
+MIN_SHARE_OF_BEST = 0.25
+# A topic word weighs at least this (salience 1.0 is a word no assistant reply has).
+MIN_TOPIC_SALIENCE = 0.5
+
+
+def summarize(turns: list[TurnEvent], max_sentences: int, salience: Salience = NEUTRAL) -> Episode | None:
     """None when the chunk has nothing worth remembering (greetings, empty turns)."""
     scored: list[tuple[float, int, str]] = []
-    frequency: Counter[str] = Counter()
+    frequency: dict[str, float] = {}
     for turn in turns:
-        frequency.update(content_words(turn.content))
+        for word in content_words(turn.content):
+            frequency[word] = frequency.get(word, 0.0) + (USER_WEIGHT if turn.role is Role.USER else 1.0)
     if not frequency:
         return None
+    weight = {w: n * salience.term(w) for w, n in frequency.items()}
     position = 0
     for turn in turns:
         for sentence in sentences(turn.content):
             words = content_words(sentence)
             if not words:
                 continue
-            score = sum(frequency[w] for w in set(words)) / math.sqrt(len(words) + 1)
+            score = sum(weight[w] for w in set(words)) / math.sqrt(len(words) + 1) * salience.sentence(sentence)
             if turn.role is Role.USER:
-                score *= 1.5
+                score *= USER_WEIGHT
             scored.append((score, position, f"{turn.role.value}: {_shorten(sentence)}"))
             position += 1
     if not scored:
         return None
-    best = sorted(scored, key=lambda s: (-s[0], s[1]))[:max_sentences]
+    top = max(score for score, _, _ in scored)
+    # A slot is not filled with padding because the chunk had few sentences.
+    best = sorted((s for s in scored if s[0] >= MIN_SHARE_OF_BEST * top), key=lambda s: (-s[0], s[1]))[:max_sentences]
     chosen = [text for _, _, text in sorted(best, key=lambda s: s[1])]
-    topics = [w for w, _ in frequency.most_common(5)]
+    # Per turn: joined, a name ending one turn and a capital starting the next read as one entity.
+    names = list(dict.fromkeys(e for t in turns for e in entities(t.content)))
+    topics = topic_words(weight, names, salience)
     started, ended = min(t.ts for t in turns), max(t.ts for t in turns)
     questions = [s for t in turns if t.role is Role.USER for s in sentences(t.content) if s.endswith("?")]
-    header = f"Conversation on {started.date().isoformat()} about {', '.join(topics[:3])}."
+    header = f"Conversation on {started.date().isoformat()} about {', '.join(topics[:3]) or 'small talk'}."
     return Episode(
         text=" ".join([header, *chosen]),
         topics=topics,
-        # Per turn: joined, a name ending one turn and a capital starting the next read as one entity.
-        entities=list(dict.fromkeys(e for t in turns for e in entities(t.content))),
+        entities=names,
         open_questions=questions[-3:],
         started_at=started,
         ended_at=ended,
     )
+
+
+def topic_words(weight: dict[str, float], names: list[str], salience: Salience, n: int = 5) -> list[str]:
+    """The chunk's weightiest content words that are not padding, a word of a named entity ranked first."""
+    named = {w for name in names for w in content_words(name)}
+    ranked = sorted(
+        (w for w in weight if salience.term(w) >= MIN_TOPIC_SALIENCE),
+        key=lambda w: (-(weight[w] * (2.0 if w in named else 1.0)), w),
+    )
+    return ranked[:n]

@@ -26,6 +26,7 @@ from agents.dlq import DeadLetters
 from agents.ingest import REASONS, parse_chat_event
 from agents.outbox import publish
 from agents.stage import HANDLING_REASONS, consume_parsed
+from agents.summarizer.salience import DOCUMENTS, assistant_documents
 from agents.topics import Topics
 from agents.window.archived import UNREADABLE, count_forgotten, open_archived, parse_archived
 from agents.window.logic import WindowLimits, append_turn, preceding, window_tokens
@@ -67,6 +68,7 @@ async def handle_events(
             messages += sent
             if new:
                 accepted.append(event)
+        await count_assistant_terms(rt, conn, accepted)
         if keys is not None and accepted:
             archived = archive_messages(
                 accepted, await keys.for_writing(conn, {(e.tenant_id, e.user_id) for e in accepted})
@@ -74,6 +76,18 @@ async def handle_events(
             await rt.outbox.add(conn, archived)
             messages += archived
     return messages
+
+
+async def count_assistant_terms(rt: Runtime, conn: Conn, accepted: list[TurnEvent | SessionEvent]) -> None:
+    """The corpus counts summaries weigh words against (agents/summarizer/salience.py), for turns accepted once."""
+    by_tenant: dict[str, list[TurnEvent]] = {}
+    for event in accepted:
+        if isinstance(event, TurnEvent):
+            by_tenant.setdefault(event.tenant_id, []).append(event)
+    for tenant_id, turns in sorted(by_tenant.items()):
+        documents = assistant_documents(turns)
+        if documents:
+            await rt.corpus.add(conn, tenant_id, documents, DOCUMENTS)
 
 
 async def handle_turn(

@@ -6,9 +6,11 @@
 - `MemoryWriter`: the consolidator's lookups and upserts;
 - `MemoryReader`: the read service's scoped queries;
 - `SummaryStore`: the rolling per-session summary of LLM fact extraction;
+- `CorpusCounts`: per-tenant counts of assistant turns' terms, which summaries weigh words against;
 - `migrate`: schema migrations.
 """
 
+from services.stores.postgres.corpus import CorpusCounts
 from services.stores.postgres.memory_reads import MemoryReader
 from services.stores.postgres.memory_writes import MemoryWriter
 from services.stores.postgres.migrations import migrate
@@ -22,6 +24,7 @@ __all__ = [
     "Archived",
     "ChunkMark",
     "Conn",
+    "CorpusCounts",
     "MemoryReader",
     "MemoryWriter",
     "Outbox",

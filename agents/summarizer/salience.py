@@ -1,0 +1,109 @@
+"""What makes a sentence worth an episode: the chunk's own terms, weighed against what every assistant says.
+
+Assistants pad every reply ("Happy to help!", "Great question!", "Anything
+else?"), so within one chunk the padding is often the most frequent thing
+said: counting a chunk's words alone made episodes open with it and topics
+read "happy, help". A term here weighs its inverse document frequency over
+the tenant's assistant turns, which the window stage counts as turns arrive
+(services/stores/postgres/corpus.py): words nearly every reply carries weigh
+little however often this chunk repeats them, and a sentence many replies
+say (normalised) is filler whatever its words. Until a tenant has
+`MIN_DOCUMENTS` assistant turns the counts mean little, and a short list of
+padding words stands in for them.
+
+The counts are kept in hashed buckets, never as words: they are aggregates
+over every user of a tenant, and a forgotten user's words must not be
+readable from them (README, "Archive and forgetting").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from agents.rules.extract import sentences
+from schemas import Role, TurnEvent
+from services.textutil import content_words
+
+BUCKETS = 1 << 18
+# The bucket counting documents (assistant turns) themselves.
+DOCUMENTS = -1
+MIN_DOCUMENTS = 50
+# A sentence in at least this share of assistant turns (and `MIN_SENTENCE_DOCS` of them) is padding.
+FILLER_SENTENCE_SHARE = 0.01
+MIN_SENTENCE_DOCS = 5
+FILLER_WEIGHT = 0.1
+
+# Padding words of assistant replies that are not stopwords (services.textutil.STOPWORDS has the rest).
+FILLER = frozenset(
+    """absolutely amazing anything anytime assist assistance awesome certainly course definitely delighted else excellent
+    excited exciting fantastic feel free glad happy help helpful helps hope hoping let love nice perfect pleasure
+    question questions sounds today welcome wonderful hesitate i'd i'll you'll you'd we'll""".split()
+)
+
+
+def _bucket(kind: str, text: str) -> int:
+    digest = hashlib.blake2b(f"{kind}\x1f{text}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % BUCKETS
+
+
+def term_bucket(term: str) -> int:
+    return _bucket("t", term)
+
+
+def sentence_key(sentence: str) -> str:
+    """A sentence as its content words: "Happy to help with that!" and "happy to help with that" are one."""
+    return " ".join(content_words(sentence))
+
+
+def sentence_bucket(sentence: str) -> int:
+    return _bucket("s", sentence_key(sentence))
+
+
+def document_buckets(text: str) -> set[int]:
+    """What one assistant turn adds to the counts: each distinct term, and each sentence that has content words."""
+    terms = {term_bucket(w) for w in content_words(text)}
+    return terms | {sentence_bucket(s) for s in sentences(text) if sentence_key(s)}
+
+
+def assistant_documents(turns: Iterable[TurnEvent]) -> list[set[int]]:
+    return [document_buckets(t.content) for t in turns if t.role is Role.ASSISTANT]
+
+
+def lookup_buckets(turns: Iterable[TurnEvent]) -> set[int]:
+    """Every bucket a chunk's summary may ask about (its terms and sentences, any role)."""
+    return set().union(*(document_buckets(t.content) for t in turns)) | {DOCUMENTS}
+
+
+@dataclass(frozen=True)
+class Salience:
+    """Term and sentence weights in (0, 1] from bucket counts (`counts[DOCUMENTS]`: assistant turns counted)."""
+
+    counts: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def documents(self) -> int:
+        return self.counts.get(DOCUMENTS, 0)
+
+    def term(self, word: str) -> float:
+        if word in FILLER:
+            return FILLER_WEIGHT
+        n = self.documents
+        if n < MIN_DOCUMENTS:
+            return 1.0
+        df = self.counts.get(term_bucket(word), 0)
+        return max(FILLER_WEIGHT, math.log((1 + n) / (1 + df)) / math.log(1 + n))
+
+    def sentence(self, sentence: str) -> float:
+        if all(w in FILLER for w in content_words(sentence)):
+            return FILLER_WEIGHT
+        n = self.documents
+        if n < MIN_DOCUMENTS:
+            return 1.0
+        df = self.counts.get(sentence_bucket(sentence), 0)
+        return FILLER_WEIGHT if df >= MIN_SENTENCE_DOCS and df >= FILLER_SENTENCE_SHARE * n else 1.0
+
+
+NEUTRAL = Salience()

@@ -1,0 +1,105 @@
+"""Episodes and topics of an assistant's chat name the subject, not the padding every reply carries."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agents.summarizer.extractive import summarize
+from agents.summarizer.salience import (
+    DOCUMENTS,
+    FILLER,
+    MIN_DOCUMENTS,
+    NEUTRAL,
+    Salience,
+    assistant_documents,
+    document_buckets,
+    sentence_bucket,
+)
+from schemas import TurnEvent
+from services.textutil import STOPWORDS
+from tests.factories import turn_event
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+OPENERS = ["Happy to help with that!", "Great question!", "Absolutely, I'd be glad to help."]
+CLOSERS = ["Anything else I can help you with?", "Happy to help anytime!", "Let me know if you need anything else."]
+# A user planning one trip over six sessions, as the issue tells it.
+TRIP = [
+    ("I'm planning a trip to Kyoto in April.", "The cherry blossoms in Kyoto peak early April, so book hotels soon."),
+    ("Which neighbourhood in Kyoto should I stay in?", "Gion and Higashiyama are walkable to the temples."),
+    ("How do I get from Osaka airport to Kyoto?", "The Haruka express runs from Kansai airport to Kyoto station."),
+    ("What temples should I see in Kyoto?", "Kinkaku-ji, Fushimi Inari and Kiyomizu-dera are the classics."),
+    ("Is a rail pass worth it for my Kyoto trip?", "For Kyoto and Osaka alone a rail pass rarely pays off."),
+    ("What should I pack for Kyoto in April?", "Layers and a light rain jacket: April evenings in Kyoto are cool."),
+]
+
+
+def session(n: int, user: str, assistant: str, rng: random.Random) -> list[TurnEvent]:
+    """User, assistant, user, assistant (turn_event alternates the roles), on day `n`."""
+    reply = f"{rng.choice(OPENERS)} {assistant} {rng.choice(CLOSERS)}"
+    texts = [user, reply, "Thanks, that's helpful!", rng.choice(CLOSERS)]
+    return [turn_event(i, text, start=T0 + timedelta(days=n)) for i, text in enumerate(texts)]
+
+
+def tenant_counts(documents: list[set[int]]) -> Salience:
+    """What the window stage's counts hold after these assistant turns (CorpusCounts.add, in memory)."""
+    counts: Counter[int] = Counter()
+    for buckets in documents:
+        counts.update(buckets)
+    counts[DOCUMENTS] = len(documents)
+    return Salience(dict(counts))
+
+
+def other_users_replies(rng: random.Random, n: int = 300) -> list[set[int]]:
+    subjects = ["your tax return", "the sourdough starter", "a python script", "the garden beds", "a job interview"]
+    return [
+        document_buckets(
+            f"{rng.choice(OPENERS)} Here is what I found about {rng.choice(subjects)}. {rng.choice(CLOSERS)}"
+        )
+        for _ in range(n)
+    ]
+
+
+def test_six_trip_sessions_padded_with_filler_are_episodes_about_the_trip() -> None:
+    rng = random.Random(7)
+    sessions = [session(n, user, assistant, rng) for n, (user, assistant) in enumerate(TRIP)]
+    corpus = other_users_replies(rng) + [d for s in sessions for d in assistant_documents(s)]
+    for salience in (tenant_counts(corpus), NEUTRAL):  # a tenant with history, and a new one
+        for turns in sessions:
+            episode = summarize(turns, 3, salience)
+            assert episode is not None
+            header, first = episode.text.split(". ", 1)
+            assert "kyoto" in episode.topics[:3], (episode.topics, episode.text)
+            assert not set(episode.topics) & (FILLER | STOPWORDS | {"thanks", "helpful", "anytime"}), episode.topics
+            assert "about" in header
+            assert "kyoto" in header.lower()
+            assert not first.startswith(("assistant: Happy", "assistant: Great", "assistant: Absolutely")), episode.text
+            assert "Anything else" not in episode.text
+
+
+def test_a_sentence_many_replies_say_is_padding_and_a_rare_word_weighs_more() -> None:
+    rng = random.Random(3)
+    salience = tenant_counts(other_users_replies(rng))
+    assert salience.documents >= MIN_DOCUMENTS
+    assert salience.sentence("Happy to help with that!") < salience.sentence("The Haruka express runs to Kyoto.")
+    assert salience.term("kyoto") == 1.0
+    assert salience.term("found") < 0.5  # every other user's reply says it
+    # Below MIN_DOCUMENTS the counts decide nothing: only the padding words weigh less.
+    young = Salience({DOCUMENTS: MIN_DOCUMENTS - 1, sentence_bucket("Here is what I found."): 40})
+    assert young.sentence("Here is what I found.") == 1.0
+    assert young.sentence("Happy to help with that!") < 1.0  # padding words alone, counts or not
+    assert young.term("found") == 1.0
+    assert young.term("happy") < 1.0
+
+
+@given(st.lists(st.text(max_size=80), max_size=12), st.dictionaries(st.integers(-1, 1 << 18), st.integers(0, 10**6)))
+def test_weights_stay_in_range_whatever_the_counts(texts: list[str], counts: dict[int, int]) -> None:
+    salience = Salience(counts)
+    for text in texts:
+        for word in text.split():
+            assert 0.0 < salience.term(word.lower()) <= 1.0
+        assert 0.0 < salience.sentence(text) <= 1.0
