@@ -140,7 +140,7 @@ class Settings(BaseSettings):
     # Patterns (agents/maintenance/logic.py, chosen on tests/bench/patterns.py): at least this many episodes
     # whose mean cosine is this many standard deviations above the user's typical pair of episodes, the
     # user's pairs pooled with this many pairs of unrelated episodes (the prior of a short history).
-    pattern_min_episodes: int = 4
+    pattern_min_episodes: int = 5
     pattern_spread: float = 1.0
     pattern_prior_pairs: float = 200.0
     semantic_window_days: float = 90.0

@@ -24,7 +24,7 @@ Rules of a pass, in this order, over the user's active memories:
    of the user's episodes (all of them, compressed too), those pairs pooled
    with `pattern_prior_pairs` (200) pairs of unrelated episodes, so a short
    history leans on what unrelated episodes look like and a long one on its
-   own. A cluster of ≥ `pattern_min` (4) episodes becomes one `pattern`
+   own. A cluster of ≥ `pattern_min` (5) episodes becomes one `pattern`
    memory stating the shared terms and its most typical member, and its
    members get `compressed = true` (out of default recall, kept in Postgres
    and the index). Method and values were chosen on a labelled set of
@@ -79,9 +79,10 @@ from services.textutil import content_hash, content_words, stable_id
 PATTERN_SPREAD = 1.0
 PATTERN_PRIOR_PAIRS = 200.0
 # MiniLM cosines of two unrelated assistant-conversation episodes (the labelled set's half "a", pairs of
-# different themes): what a user's history is measured against until it has enough pairs of its own.
-PATTERN_PRIOR_MEAN = 0.075
-PATTERN_PRIOR_STD = 0.09
+# different themes, extractive episodes weighed by corpus counts): what a user's history is measured
+# against until it has enough pairs of its own.
+PATTERN_PRIOR_MEAN = 0.083
+PATTERN_PRIOR_STD = 0.084
 SEMANTIC_MIN_MEMBERS = 3
 SEMANTIC_MIN_SESSIONS = 2
 SEMANTIC_MAX_TOPICS = 5

@@ -3,8 +3,10 @@
     .venv/bin/python -m tests.bench.patterns [--sweep]
 
 Each labelled session goes the pipeline's way: the session's turns are one
-chunk, the summarizer's extractive episode candidate (agents/summarizer), its
-MiniLM vector (int8, the pipeline's default), the consolidator's new record;
+chunk, the summarizer's extractive episode (agents/summarizer: `summarize`
+weighing words against the tenant's corpus counts, here those of the whole
+set, then `candidate_for`), its MiniLM vector (int8, the pipeline's default),
+the consolidator's new record;
 then one maintenance pass (agents/maintenance/logic.plan_user) over each
 user's episodes, and its `pattern` memories are compared with the labels.
 
@@ -37,6 +39,7 @@ import argparse
 import dataclasses
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -45,7 +48,9 @@ from pathlib import Path
 
 from agents.consolidator.apply import new_record
 from agents.maintenance.logic import Rules, covered, plan_user
-from agents.summarizer.candidates import episode_candidate
+from agents.summarizer.candidates import EXTRACTOR, candidate_for
+from agents.summarizer.extractive import summarize
+from agents.summarizer.salience import DOCUMENTS, Salience, assistant_documents
 from schemas import EmbeddedCandidate, EvictedChunk, MemoryRecord, MemoryType, Role, TurnEvent
 from services.config import Settings
 from services.embedding import Embedder, MiniLmEmbedder
@@ -69,8 +74,23 @@ class UserEpisodes:
     theme: dict[str, str]  # record id -> theme label
 
 
+def tenant_salience(users: Sequence[User]) -> Salience:
+    """The corpus counts the window stage keeps for a tenant whose history is these users' sessions."""
+    documents = assistant_documents(t for u in users for s in u.sessions for t in s.turns)
+    counts: Counter[int] = Counter()
+    for buckets in documents:
+        counts.update(buckets)
+    counts[DOCUMENTS] = len(documents)
+    return Salience(counts)
+
+
 def episodes(users: Sequence[User], embedder: Embedder, max_sentences: int) -> list[UserEpisodes]:
-    """Every labelled session through the summarizer, the embedder and the consolidator's record."""
+    """Every labelled session through the summarizer, the embedder and the consolidator's record.
+
+    The summarizer weighs words against the counts of the users' whole tenant
+    (all of `users`), as a tenant with that history has them.
+    """
+    salience = tenant_salience(users)
     candidates = []
     for u in users:
         for s in u.sessions:
@@ -82,8 +102,8 @@ def episodes(users: Sequence[User], embedder: Embedder, max_sentences: int) -> l
                 turns=list(s.turns),
                 cause=[],
             )
-            if (candidate := episode_candidate(chunk, max_sentences)) is not None:
-                candidates.append((u, s.theme, candidate))
+            if (episode := summarize(chunk.turns, max_sentences, salience)) is not None:
+                candidates.append((u, s.theme, candidate_for(chunk, episode, EXTRACTOR)))
     vectors = embedder.embed([c.text for _, _, c in candidates])
     by_user: dict[str, UserEpisodes] = {u.user_id: UserEpisodes(u, [], {}, {}) for u in users}
     for (u, theme, candidate), vector in zip(candidates, vectors, strict=True):

@@ -1,8 +1,8 @@
 """Pattern detection on the labelled assistant conversations (tests/bench/patterns.py), with the default settings.
 
 The floors sit a margin below what the chosen method measures (half a, where
-it was chosen: pair precision 0.905, recall 0.706, pattern precision 0.913,
-recall 0.750; half b, the confirmation: 0.900, 0.853, 0.964, 0.964) and far
+it was chosen: pair precision 0.943, recall 0.843, pattern precision 0.947,
+recall 0.857; half b, the confirmation: 0.854, 0.861, 0.818, 0.857) and far
 above the complete-link method before it (recall 0 on both halves: it found
 no pattern at all).
 """
@@ -15,10 +15,10 @@ from agents.maintenance.logic import Rules
 from services.config import Settings
 from tests.bench.patterns import UserEpisodes, evaluate, found_patterns, labelled_episodes
 
-PAIR_PRECISION = 0.85
-PAIR_RECALL = 0.6
-PATTERN_PRECISION = 0.85
-PATTERN_RECALL = 0.65
+PAIR_PRECISION = 0.8
+PAIR_RECALL = 0.75
+PATTERN_PRECISION = 0.75
+PATTERN_RECALL = 0.75
 
 
 @pytest.fixture(scope="module")
