@@ -88,10 +88,14 @@ def summarize(turns: list[TurnEvent], max_sentences: int, salience: Salience = N
 
 
 def topic_words(weight: dict[str, float], names: list[str], salience: Salience, n: int = 5) -> list[str]:
-    """The chunk's weightiest content words that are not padding, a word of a named entity ranked first."""
+    """The chunk's weightiest content words that are not padding, a word of a named entity ranked first.
+
+    Ties keep the order the words were first said in (`weight` is in that order): what opens a
+    conversation usually frames it.
+    """
     named = {w for name in names for w in content_words(name)}
     ranked = sorted(
         (w for w in weight if salience.term(w) >= MIN_TOPIC_SALIENCE),
-        key=lambda w: (-(weight[w] * (2.0 if w in named else 1.0)), w),
+        key=lambda w: -(weight[w] * (2.0 if w in named else 1.0)),
     )
     return ranked[:n]
