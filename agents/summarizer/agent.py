@@ -36,7 +36,8 @@ async def salience_by_tenant(rt: Runtime, chunks: list[EvictedChunk]) -> dict[st
     """The corpus counts a batch's summaries need: one query per tenant, only the buckets its chunks name."""
     wanted: dict[str, set[int]] = {}
     for chunk in chunks:
-        wanted.setdefault(chunk.tenant_id, set()).update(lookup_buckets(chunk.turns))
+        # Hashing every word of up to a message's worth of text: off the event loop the read service shares.
+        wanted.setdefault(chunk.tenant_id, set()).update(await asyncio.to_thread(lookup_buckets, chunk.turns))
     return {tenant: Salience(await rt.corpus.counts(tenant, buckets)) for tenant, buckets in wanted.items()}
 
 

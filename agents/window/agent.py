@@ -85,7 +85,7 @@ async def count_assistant_terms(rt: Runtime, conn: Conn, accepted: list[TurnEven
         if isinstance(event, TurnEvent):
             by_tenant.setdefault(event.tenant_id, []).append(event)
     for tenant_id, turns in sorted(by_tenant.items()):
-        documents = assistant_documents(turns)
+        documents = await asyncio.to_thread(assistant_documents, turns)  # every word hashed: off the loop
         if documents:
             await rt.corpus.add(conn, tenant_id, documents, DOCUMENTS)
 
