@@ -16,7 +16,8 @@ class CorpusCounts:
         """Count each document's buckets once, and the documents in `documents_bucket`, in the caller's transaction.
 
         The window stage calls it for the assistant turns the archive accepts, so a redelivered turn is not
-        counted twice. One statement whatever the batch, rows in bucket order (no deadlock between stages).
+        counted twice. One statement whatever the batch, rows locked in bucket order, so window workers of
+        several processes never deadlock on a tenant's rows (they wait on its busiest ones until commit).
         """
         counts: Counter[int] = Counter()
         n = 0
@@ -29,7 +30,7 @@ class CorpusCounts:
         ordered = sorted(counts.items())
         await conn.execute(
             """INSERT INTO corpus_counts (tenant_id, bucket, docs)
-               SELECT %s, b, d FROM unnest(%s::integer[], %s::bigint[]) AS t(b, d)
+               SELECT %s, b, d FROM unnest(%s::integer[], %s::bigint[]) AS t(b, d) ORDER BY b
                ON CONFLICT (tenant_id, bucket) DO UPDATE SET docs = corpus_counts.docs + excluded.docs""",
             (tenant_id, [b for b, _ in ordered], [d for _, d in ordered]),
         )
