@@ -44,7 +44,8 @@ superseded_by, source_session_id, provenance, entities, reinforcement_count, com
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    slow_ok = {"MEMSTREAM_HTTP_REQUEST_TIMEOUT": "15", "MEMSTREAM_COMMAND_WAIT_TIMEOUT": "12"}
+    # A command waits for its memory.changes record; on a loaded 2-core CI machine a fresh stack took over 12 s.
+    slow_ok = {"MEMSTREAM_HTTP_REQUEST_TIMEOUT": "35", "MEMSTREAM_COMMAND_WAIT_TIMEOUT": "30"}
     with embedded_stack(Path(tmp_path_factory.mktemp("replay")), port_offset=PORTS, extra_env=slow_ok) as running:
         yield running
 
