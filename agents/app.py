@@ -21,12 +21,12 @@ from agents import consolidator, dlq, embedder, housekeeping, qdrant_sink, summa
 from agents.consolidator import commands as consolidator_commands
 from agents.maintenance.timers import is_leader, leader_topic
 from agents.outbox import register_relay
-from agents.stages import STAGE_NAMES, group_id, place_timers
 from agents.topics import Topics
 from agents.transport import Transport
-from services import generations, metrics
-from services.config import Settings
-from services.kafka_auth import faust_credentials
+from services.core import generations, metrics
+from services.core.config import Settings
+from services.core.kafka_auth import faust_credentials
+from services.core.stages import STAGE_NAMES, group_id, place_timers
 from services.runtime import Runtime
 
 PRODUCER_BATCH_BYTES = 512 * 1024
@@ -78,7 +78,7 @@ def stage_app(settings: Settings, stage: str) -> faust.App:
 
 
 def build_apps(settings: Settings, runtime: Runtime, stages: Sequence[str] = STAGE_NAMES) -> list[StageApp]:
-    """One app per stage, in pipeline order, with the process's timers placed by `agents.stages.place_timers`."""
+    """One app per stage, in pipeline order, with the process's timers placed by `services.core.stages.place_timers`."""
     built: dict[str, StageApp] = {}
     # Every stage's dead letters of an identifiable user are sealed with that user's key (agents/dlq.py).
     dlq.use_keys(runtime.open_keys())

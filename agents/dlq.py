@@ -24,10 +24,10 @@ import re
 from typing import Any
 
 from agents.outage import outlasting
-from services import metrics
 from services.archive import dlq as sealed
 from services.archive.keys import KeyStore
-from services.errors import StoreRejected
+from services.core import metrics
+from services.core.errors import StoreRejected
 
 log = logging.getLogger(__name__)
 # The process's key store, set once as the worker builds its stages (`use_keys`): every stage's DLQ seals with it.

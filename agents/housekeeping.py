@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 
 import faust
 
-from services import metrics
-from services.config import Settings
-from services.errors import StoreError
+from services.core import metrics
+from services.core.config import Settings
+from services.core.errors import StoreError
 from services.runtime import Runtime
 
 log = logging.getLogger(__name__)

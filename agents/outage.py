@@ -17,9 +17,9 @@ from typing import TypeVar
 from aiokafka.errors import KafkaError as AioKafkaError
 from faust.exceptions import ProducerSendError
 
-from services import metrics
-from services.errors import StoreUnavailable
-from services.producer import ProduceFailed
+from services.core import metrics
+from services.core.errors import StoreUnavailable
+from services.kafka.producer import ProduceFailed
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

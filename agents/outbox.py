@@ -10,8 +10,8 @@ from typing import Any
 import faust
 
 from agents.housekeeping import survive
-from services import metrics
-from services.producer import acknowledged
+from services.core import metrics
+from services.kafka.producer import acknowledged
 from services.runtime import Runtime
 from services.stores.postgres import OutboxMessage
 

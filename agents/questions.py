@@ -61,7 +61,7 @@ from functools import cached_property
 from agents.rules.extract import entities, sentences
 from schemas import EvictedChunk, MemoryCandidate, MemoryRecord, MemoryType, Provenance, Role, TurnEvent
 from schemas.memory import Question, QuestionState
-from services.textutil import content_words, stable_id
+from services.core.textutil import content_words, stable_id
 
 EXTRACTOR = "questions/v2"
 MIN_SHARED_TERMS = 2

@@ -12,13 +12,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from agents.dlq import DeadLetters
-from agents.ingest import describe
 from agents.outage import outlasting
 from schemas import codec
-from services import metrics
-from services.config import Settings
-from services.errors import InvalidEvent, StoreRejected
-from services.producer import acknowledged
+from services.core import metrics
+from services.core.config import Settings
+from services.core.errors import InvalidEvent, StoreRejected
+from services.core.ingest import describe
+from services.kafka.producer import acknowledged
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")

@@ -8,7 +8,7 @@ from typing import Any
 
 import faust
 
-from services import topics as names
+from services.core import topics as names
 
 
 @dataclass
@@ -24,7 +24,7 @@ class Topics:
 
     @classmethod
     def declare(cls, app: faust.App, kafka_names: Mapping[str, str] = names.BY_ROLE) -> Topics:
-        """`kafka_names`: role → topic, where a generation's differ (services.generations.Generation.topics)."""
+        """`kafka_names`: role → topic, where a generation's differ (services.core.generations.Generation.topics)."""
 
         def raw(name: str) -> Any:
             return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")

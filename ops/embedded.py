@@ -37,16 +37,16 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from agents.stages import INDEX_STAGE, STAGE_NAMES, without
 from ops.kafka_acl import WORKER
 from ops.s3auth import REGION as S3_REGION
 from ops.s3auth import Credentials, credentials_path, load_credentials
 from ops.scram import UserStore
 from ops.topics import create_topics, load_specs
-from services.config import Settings
-from services.errors import StackError
-from services.kafka_auth import confluent_config, sasl_enabled
-from services.pgpass import generate_password, passfile_path, read_password, with_passfile, write_passfile
+from services.core.config import Settings
+from services.core.errors import StackError
+from services.core.kafka_auth import confluent_config, sasl_enabled
+from services.core.pgpass import generate_password, passfile_path, read_password, with_passfile, write_passfile
+from services.core.stages import INDEX_STAGE, STAGE_NAMES, without
 
 log = logging.getLogger("memstream.stack")
 PG_SYSTEM_USER = "memstream"

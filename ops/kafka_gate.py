@@ -50,7 +50,7 @@ from ops.kafka_acl import (
     without_auto_create,
 )
 from ops.scram import MECHANISMS, AuthFailed, ScramServer, UserStore
-from services.config import Settings
+from services.core.config import Settings
 
 log = logging.getLogger("memstream.kafka_gate")
 

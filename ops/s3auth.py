@@ -39,7 +39,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote_to_bytes, urlsplit
 
 from services.auth.secret import read_private, write_private
-from services.errors import ConfigError
+from services.core.errors import ConfigError
 
 log = logging.getLogger("memstream.s3auth")
 

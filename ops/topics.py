@@ -47,7 +47,7 @@ async def create_topics(bootstrap: str, specs: list[TopicSpec], config: Mapping[
 
     confluent-kafka's AdminClient is synchronous (futures of its own): it
     runs in a worker thread, so an event loop calling this keeps running.
-    `config`: further librdkafka settings (SASL: services.kafka_auth.confluent_config).
+    `config`: further librdkafka settings (SASL: services.core.kafka_auth.confluent_config).
     """
     return await asyncio.to_thread(_create_missing, bootstrap, specs, dict(config or {}), ADMIN_TIMEOUT)
 

@@ -19,7 +19,7 @@ from services.cli_keys import add_parser as add_keys_parser
 from services.cli_mcp import add_parser as add_mcp_parser
 from services.cli_memories import add_parser as add_memories_parser
 from services.cli_rebuild import add_parser as add_rebuild_parser
-from services.config import Settings
+from services.core.config import Settings
 
 
 def _cmd_up(settings: Settings, _: argparse.Namespace) -> int:
@@ -29,7 +29,7 @@ def _cmd_up(settings: Settings, _: argparse.Namespace) -> int:
 
 
 def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
-    from services.runner import run_worker
+    from services.process.runner import run_worker
 
     run_worker(settings, with_api=args.with_api, stages=args.stages)
     return 0
@@ -37,7 +37,7 @@ def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 def _stages(text: str) -> tuple[str, ...]:
     """`--stages` names, checked while parsing: a wrong name is a usage error, before anything starts."""
-    from agents.stages import UnknownStage, parse_stages
+    from services.core.stages import UnknownStage, parse_stages
 
     try:
         return parse_stages(text)
@@ -46,7 +46,7 @@ def _stages(text: str) -> tuple[str, ...]:
 
 
 def _cmd_serve(settings: Settings, _: argparse.Namespace) -> int:
-    from services.runner import run_api
+    from services.process.runner import run_api
 
     run_api(settings)
     return 0
@@ -54,7 +54,7 @@ def _cmd_serve(settings: Settings, _: argparse.Namespace) -> int:
 
 def _cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
     from ops.topics import create_topics, load_specs
-    from services.kafka_auth import confluent_config
+    from services.core.kafka_auth import confluent_config
 
     specs = load_specs(settings.topics_file)
     created = asyncio.run(create_topics(settings.kafka_bootstrap, specs, confluent_config(settings)))
@@ -71,8 +71,8 @@ def _cmd_migrate(settings: Settings, _: argparse.Namespace) -> int:
 
 
 def _cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
-    from services.kafka_auth import confluent_config
-    from services.producer import ProduceFailed, TurnProducer
+    from services.core.kafka_auth import confluent_config
+    from services.kafka.producer import ProduceFailed, TurnProducer
 
     source = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
     lines = [line.rstrip(b"\n") for line in source if line.strip()]
@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from services.generations import scoped
+    from services.core.generations import scoped
 
     settings = scoped(Settings())  # MEMSTREAM_GENERATION: this process's schema, topics, groups and index
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -27,8 +27,8 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, BinaryIO
 
-from services.config import Settings
-from services.rebuild.log_end import Message
+from services.core.config import Settings
+from services.kafka.log_end import Message
 
 
 def wanted(key: bytes | None, tenant: str | None, user: str | None) -> bool:
@@ -76,9 +76,9 @@ async def print_changes(
 
 
 def _batches(settings: Settings, args: argparse.Namespace) -> AsyncIterator[Sequence[Message]]:
-    from services.generations import of
-    from services.log_tail import follow_topic
-    from services.rebuild.log_end import read_to_end
+    from services.core.generations import of
+    from services.kafka.log_end import read_to_end
+    from services.kafka.log_tail import follow_topic
 
     topic = of(settings).topic("changes")
     if args.from_beginning and not args.follow:
@@ -87,7 +87,7 @@ def _batches(settings: Settings, args: argparse.Namespace) -> AsyncIterator[Sequ
 
 
 def _cmd_changes(settings: Settings, args: argparse.Namespace) -> int:
-    from services.errors import ConfigError
+    from services.core.errors import ConfigError
 
     try:
         printed, skipped = asyncio.run(

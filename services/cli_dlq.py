@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from services.archive import dlq as sealed
-from services.config import Settings
+from services.core.config import Settings
 
 
 def entry_line(
@@ -52,9 +52,9 @@ async def print_dlq(settings: Settings, out: BinaryIO, *, idle: float = 2.0) -> 
     """Every entry from the topic's beginning, opened where it can be; how many, by state."""
     from aiokafka import AIOKafkaConsumer
 
-    from services import topics
     from services.archive.keys import KeyStore
-    from services.kafka_auth import aiokafka_kwargs
+    from services.core import topics
+    from services.core.kafka_auth import aiokafka_kwargs
     from services.stores.postgres import PgPool
 
     pool = PgPool(settings.pg_dsn, 2, connect_timeout=settings.pg_connect_timeout, pool_timeout=30.0)
@@ -93,7 +93,7 @@ async def print_dlq(settings: Settings, out: BinaryIO, *, idle: float = 2.0) -> 
 
 
 def _cmd_dlq(settings: Settings, args: argparse.Namespace) -> int:
-    from services.errors import ConfigError
+    from services.core.errors import ConfigError
 
     try:
         states = asyncio.run(print_dlq(settings, sys.stdout.buffer, idle=args.idle))

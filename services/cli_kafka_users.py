@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from ops.kafka_acl import DEFAULT_ROLE, ROLES
-from services.config import Settings
+from services.core.config import Settings
 
 
 def _store(settings: Settings) -> Any:

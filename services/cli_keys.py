@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from services.config import Settings
+from services.core.config import Settings
 
 if TYPE_CHECKING:  # the handlers import Postgres code when they run, so `memstream --help` stays quick
     from services.auth import ApiKey, KeyStore

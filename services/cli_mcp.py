@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from services.config import Settings
-from services.errors import ConfigError
+from services.core.config import Settings
+from services.core.errors import ConfigError
 
 
 def _cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from services.config import Settings
+from services.core.config import Settings
 
 TYPES = ("fact", "preference", "episode", "exchange", "semantic", "pattern", "question")
 STATUSES = ("active", "superseded", "merged", "pruned", "deleted")

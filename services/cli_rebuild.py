@@ -24,8 +24,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from services.config import Settings
-from services.errors import StackError
+from services.core.config import Settings
+from services.core.errors import StackError
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ def _cmd_index(settings: Settings, _: argparse.Namespace) -> int:
 
 
 def _cmd_store(settings: Settings, args: argparse.Namespace) -> int:
-    from services.generations import of
+    from services.core.generations import of
     from services.rebuild.progress import Progress
     from services.rebuild.store import rebuild_store
 
@@ -91,7 +91,7 @@ def _cmd_store(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_generation_rebuild(settings: Settings, args: argparse.Namespace) -> int:
-    from services.generations import GenerationError
+    from services.core.generations import GenerationError
     from services.rebuild.generation import rebuild_generation
     from services.rebuild.progress import Progress
 
@@ -123,7 +123,7 @@ def _registry(settings: Settings, work: Callable[[Any], Awaitable[T]]) -> T:
 
 
 def _cmd_generation_list(settings: Settings, args: argparse.Namespace) -> int:
-    from services import generations
+    from services.core import generations
 
     rows = _registry(settings, generations.listing)
     if args.json:
@@ -140,7 +140,7 @@ def _cmd_generation_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_generation_switch(settings: Settings, args: argparse.Namespace) -> int:
-    from services import generations
+    from services.core import generations
 
     try:
         before = _registry(settings, lambda conn: generations.switch(conn, args.name))
@@ -155,7 +155,7 @@ def _cmd_generation_switch(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_generation_drop(settings: Settings, args: argparse.Namespace) -> int:
-    from services import generations
+    from services.core import generations
     from services.rebuild.generation import drop_generation
 
     try:

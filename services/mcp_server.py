@@ -44,8 +44,8 @@ from pydantic import BaseModel, Field
 
 from schemas import MemoryStatus, MemoryType
 from services.auth.client import client_key
-from services.config import Settings
-from services.errors import ConfigError
+from services.core.config import Settings
+from services.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

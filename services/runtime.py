@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from services.archive.keys import KeyStore
-from services.config import Settings
+from services.core.config import Settings
 from services.embedding import CachedEmbedder, Embedder, MiniLmEmbedder
 from services.llm import LlmClient
 from services.stores import open_vector_index

@@ -11,11 +11,11 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from services import topics
 from services.archive.changes import open_changes
 from services.archive.keys import KeyStore
-from services.config import Settings
-from services.log_tail import follow_topic
+from services.core import topics
+from services.core.config import Settings
+from services.kafka.log_tail import follow_topic
 from services.stores.postgres import PgPool
 
 

@@ -7,7 +7,7 @@ delivery), and a verdict per message that an end-to-end test can check
 against memory.dlq and the memory store.
 
 Verdicts come from the product's own rules, asked at generation time:
-`agents.ingest.parse_chat_event` (with the stack's limits) says whether a
+`services.core.ingest.parse_chat_event` (with the stack's limits) says whether a
 message is valid and why not, the archive's `turn_digest` says whether a
 re-sent event id is the same turn or a conflict, and `candidates_for_turn`
 says whether an accepted turn yields an exchange memory. When the contract
@@ -28,11 +28,11 @@ from typing import Any, TypeVar
 
 import orjson
 
-from agents.ingest import parse_chat_event
 from agents.rules.candidates import candidates_for_turn
 from agents.window.agent import CONFLICT_REASON
 from schemas import MemoryType, SessionEvent, TurnEvent, partition_key
-from services.errors import InvalidEvent
+from services.core.errors import InvalidEvent
+from services.core.ingest import parse_chat_event
 from services.stores.postgres.windows import turn_digest
 
 REQUIRED = ("event_id", "tenant_id", "user_id", "session_id", "turn_index", "role", "content", "ts")

@@ -9,7 +9,7 @@ long run of what a quantifier accepts, a run that two quantifiers share.
 
 from __future__ import annotations
 
-from services.config import Settings
+from services.core.config import Settings
 
 # What parse_chat_event lets through: content of at most this many UTF-8 bytes.
 CONTENT_LIMIT = Settings.model_fields["max_content_bytes"].default

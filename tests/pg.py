@@ -18,8 +18,8 @@ from pathlib import Path
 import psycopg
 
 from ops.embedded import Child, ensure_database, postgres_child, wait_until
-from services.config import Settings
-from services.pgpass import with_passfile
+from services.core.config import Settings
+from services.core.pgpass import with_passfile
 from services.runtime import Runtime
 from services.stores.postgres import migrate
 

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from services.config import Settings
+from services.core.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULT_RESULTS = ROOT / "bench-results" / "fault-tests.jsonl"
@@ -242,7 +242,7 @@ def session_end(tenant: str, user: str, session: str, ts: datetime | None = None
 
 
 async def produce(bootstrap: str, events: list[dict[str, Any]] | list[bytes]) -> None:
-    from services.producer import TurnProducer
+    from services.kafka.producer import TurnProducer
 
     raw = [e if isinstance(e, bytes) else orjson.dumps(e) for e in events]
     async with TurnProducer(bootstrap) as producer:

@@ -21,9 +21,9 @@ from agents.dlq import DeadLetters
 from agents.stage import batched_agent, send_all
 from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryChange
-from services import metrics
 from services.archive.changes import Message, seal_changes
-from services.faults import crash_point
+from services.core import metrics
+from services.core.faults import crash_point
 from services.runtime import Runtime
 from services.stores.postgres.locks import lock_users
 

@@ -20,10 +20,10 @@ from agents.consolidator.merge import (
     union_source,
 )
 from schemas import ChangeOp, EmbeddedCandidate, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
+from services.core.textutil import content_hash, stable_id
 from services.llm import Action as LlmAction
 from services.stores.postgres import Conn, MemoryWriter
 from services.stores.postgres.memory_writes import Probe
-from services.textutil import content_hash, stable_id
 
 REINFORCE_BOOST = 0.05
 MAX_SOURCES = 50

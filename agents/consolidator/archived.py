@@ -33,8 +33,6 @@ from agents.dlq import DeadLetters
 from agents.stage import HANDLING_REASONS, consume_parsed
 from schemas import partition_key
 from schemas.commands import AccessCommand, AnyCommand, ForgetUser
-from services import metrics
-from services import topics as topic_names
 from services.archive.codec import (
     EVENT_TYPES,
     ArchiveRecord,
@@ -46,10 +44,12 @@ from services.archive.codec import (
     read_record,
     seal_command,
 )
-from services.config import Settings
-from services.errors import InvalidEvent
+from services.core import metrics
+from services.core import topics as topic_names
+from services.core.config import Settings
+from services.core.errors import InvalidEvent
+from services.core.textutil import stable_id
 from services.stores.postgres import OutboxMessage
-from services.textutil import stable_id
 
 UNREADABLE = "archive_unreadable"
 Owner = tuple[str, str]

@@ -21,7 +21,7 @@ from schemas import ChangeOp, EmbeddedCandidate, MemoryCandidate, MemoryChange, 
 from schemas.commands import MANUAL_SOURCE, AddMemory, CorrectMemory, ImportPart
 from schemas.export import ExportDocument, ExportedSession, ExportedTurn
 from services.archive.codec import DataKey
-from services.textutil import content_hash, content_words, normalize, stable_id
+from services.core.textutil import content_hash, content_words, normalize, stable_id
 
 EXTRACTOR = "manual"
 # A memory a command wrote carries its own vector only while it is active (the sink indexes those).

@@ -55,17 +55,17 @@ from schemas.commands import (
     ImportPart,
     UserForgotten,
 )
-from services import metrics
-from services import topics as topic_names
 from services.archive.changes import ChangeSealer, Message
 from services.archive.codec import ArchiveRecord
+from services.core import metrics
+from services.core import topics as topic_names
+from services.core.textutil import stable_id
 from services.runtime import Runtime
 from services.stores.postgres import Conn, OutboxMessage
 from services.stores.postgres.commands import Access, CommandStore
 from services.stores.postgres.export import write_memories, write_sessions, write_summaries, write_turns
 from services.stores.postgres.forget import forget_user
 from services.stores.postgres.locks import lock_users
-from services.textutil import stable_id
 
 STAGE = "commands"
 ACCESS_STAGE = "commands_access"  # a generation's: access marks only

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from agents.consolidator.merge import candidate_wins, mergeable
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType
-from services.textutil import normalize, stable_id
+from services.core.textutil import normalize, stable_id
 
 
 class Action(StrEnum):

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
 from schemas import SessionEvent
+from services.core.textutil import stable_id
 from services.stores.postgres import PgPool
 from services.stores.postgres.maintenance import IdleSession, idle_sessions
-from services.textutil import stable_id
 
 CLOSED_BY = {"closed_by": "idle_timer"}
 

@@ -73,8 +73,8 @@ import numpy as np
 from agents.consolidator.apply import recent_metadata
 from schemas import ChangeOp, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from schemas.memory import QuestionState
-from services.config import Settings
-from services.textutil import content_hash, content_words, stable_id
+from services.core.config import Settings
+from services.core.textutil import content_hash, content_words, stable_id
 
 PATTERN_SPREAD = 1.0
 PATTERN_PRIOR_PAIRS = 200.0

@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from agents.maintenance.logic import Effect, Rules, plan_user
 from agents.maintenance.synthesis import Synthesis, new_topics, with_texts, worded
 from schemas import MemoryChange, partition_key
-from services import topics
 from services.archive.changes import Message, seal_changes
 from services.archive.keys import KeyStore
+from services.core import topics
+from services.core.textutil import stable_id
 from services.stores.postgres import MemoryWriter, Outbox, OutboxMessage, PgPool
 from services.stores.postgres.locks import lock_users
 from services.stores.postgres.maintenance import load_user, users_with_active_memories
-from services.textutil import stable_id
 
 log = logging.getLogger(__name__)
 Publish = Callable[[Sequence[OutboxMessage]], Awaitable[None]]

@@ -17,10 +17,10 @@ from agents.dlq import DeadLetters
 from agents.maintenance.logic import Rules
 from agents.maintenance.run import run_pass
 from agents.maintenance.synthesis import LLM_INVALID_OUTPUT, llm_synthesis
-from services import topics
 from services.archive.keys import KeyStore
-from services.config import Settings
-from services.kafka_auth import aiokafka_kwargs
+from services.core import topics
+from services.core.config import Settings
+from services.core.kafka_auth import aiokafka_kwargs
 from services.llm import LlmClient
 from services.stores.postgres import Outbox, OutboxMessage, PgPool, migrate
 

@@ -25,9 +25,9 @@ from agents.outbox import publish
 from agents.stage import forward
 from agents.topics import Topics
 from schemas import SessionEvent
-from services import metrics
-from services import topics as topic_names
-from services.config import Settings
+from services.core import metrics
+from services.core import topics as topic_names
+from services.core.config import Settings
 from services.runtime import Runtime
 from services.stores.postgres import OutboxMessage
 

@@ -33,9 +33,9 @@ from agents.topics import Topics
 from schemas import MemoryChange, MemoryRecord, MemoryStatus
 from schemas.changes import SealedChangeMessage
 from schemas.commands import ACCESS_REASON, UserForgotten
-from services import metrics
 from services.archive.changes import FORGOTTEN, UNREADABLE, open_messages
-from services.faults import crash_point
+from services.core import metrics
+from services.core.faults import crash_point
 from services.runtime import Runtime
 from services.stores.vector import Bm25Encoder, IndexedMemory, IndexPayload
 

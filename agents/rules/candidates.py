@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from agents.rules.extract import Extraction, entities, extract
 from schemas import MemoryCandidate, MemoryType, Provenance, Role, TurnEvent
-from services.textutil import normalize, stable_id
+from services.core.textutil import normalize, stable_id
 
 EXTRACTOR = "rules/v1"
 EXCHANGE_IMPORTANCE = 0.3

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from agents.rules.patterns import FACT_RULES, NEGATIVE_CUES, PREFERENCE_CUES
 from schemas import MemoryType
-from services import metrics
-from services.textutil import normalize
+from services.core import metrics
+from services.core.textutil import normalize
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _ENTITY = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")

@@ -12,9 +12,9 @@ from dataclasses import replace
 
 from agents.summarizer.extractive import Episode, summarize
 from schemas import EvictedChunk, MemoryCandidate, MemoryType, Provenance
+from services.core.textutil import stable_id
 from services.llm import EXTRACTOR as LLM_EXTRACTOR
 from services.llm import EpisodeAnswer
-from services.textutil import stable_id
 
 EXTRACTOR = "extractive/v1"
 __all__ = ["EXTRACTOR", "LLM_EXTRACTOR", "candidate_for", "episode_candidate", "llm_episode"]

@@ -17,7 +17,7 @@ from datetime import datetime
 from agents.rules.extract import entities, sentences
 from agents.summarizer.salience import NEUTRAL, Salience
 from schemas import Role, TurnEvent
-from services.textutil import content_words
+from services.core.textutil import content_words
 
 
 @dataclass(frozen=True)

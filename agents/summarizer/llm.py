@@ -23,7 +23,7 @@ from agents.dlq import DeadLetters
 from agents.summarizer.candidates import EXTRACTOR, LLM_EXTRACTOR, candidate_for, llm_episode
 from agents.summarizer.extractive import Episode
 from schemas import EvictedChunk, MemoryCandidate
-from services import metrics
+from services.core import metrics
 from services.llm import LlmClient, Ok, Outcome, extract_facts, fact_candidates, summarize_episode
 from services.llm import metrics as llm_metrics
 from services.stores.postgres.summaries import ChunkMark, SummaryStore, basis_for

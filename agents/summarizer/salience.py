@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from agents.rules.extract import sentences
 from schemas import Role, TurnEvent
-from services.textutil import content_words
+from services.core.textutil import content_words
 
 BUCKETS = 1 << 18
 # The bucket counting documents (assistant turns) themselves.
@@ -36,7 +36,7 @@ FILLER_SENTENCE_SHARE = 0.01
 MIN_SENTENCE_DOCS = 5
 FILLER_WEIGHT = 0.1
 
-# Padding words of assistant replies that are not stopwords (services.textutil.STOPWORDS has the rest).
+# Padding words of assistant replies that are not stopwords (services.core.textutil.STOPWORDS has the rest).
 FILLER = frozenset(
     """absolutely amazing anything anytime assist assistance awesome certainly course definitely delighted else excellent
     excited exciting fantastic feel free glad happy help helpful helps hope hoping let love nice perfect pleasure

@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 import faust
 
 from agents.dlq import DeadLetters
-from agents.ingest import REASONS, parse_chat_event
 from agents.outbox import publish
 from agents.stage import HANDLING_REASONS, consume_parsed
 from agents.summarizer.salience import DOCUMENTS, assistant_documents
@@ -32,12 +31,13 @@ from agents.window.archived import UNREADABLE, count_forgotten, open_archived, p
 from agents.window.logic import WindowLimits, append_turn, preceding, window_tokens
 from agents.window.outgoing import archive_messages, candidate_messages, evicted_messages, scope_of
 from schemas import SessionEvent, TurnEvent
-from services import metrics
 from services.archive import KeyStore
 from services.archive.codec import ArchiveRecord
-from services.config import Settings
-from services.errors import InvalidEvent
-from services.faults import crash_point
+from services.core import metrics
+from services.core.config import Settings
+from services.core.errors import InvalidEvent
+from services.core.faults import crash_point
+from services.core.ingest import REASONS, parse_chat_event
 from services.runtime import Runtime
 from services.stores.postgres import Archived, Conn, OutboxMessage
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schemas import SessionEvent, TurnEvent
-from services import metrics
 from services.archive import KeyStore
 from services.archive.codec import EVENT_TYPES, ArchiveRecord, RecordRejected, open_record, read_record
-from services.errors import InvalidEvent
+from services.core import metrics
+from services.core.errors import InvalidEvent
 
 UNREADABLE = "archive_unreadable"
 

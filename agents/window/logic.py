@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from schemas import TurnEvent, codec
 from schemas.memory import CONTEXT_TURNS
-from services.textutil import count_tokens
+from services.core.textutil import count_tokens
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ from typing import Literal
 from agents.rules.candidates import candidates_for_turn
 from agents.window.logic import split_by_size
 from schemas import EvictedChunk, SessionEvent, TurnEvent, codec, partition_key
-from services import topics
 from services.archive.codec import DataKey, seal
+from services.core import topics
+from services.core.textutil import stable_id
 from services.stores.postgres import OutboxMessage
-from services.textutil import stable_id
 
 
 def scope_of(tenant_id: str, user_id: str) -> str:

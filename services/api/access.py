@@ -30,10 +30,10 @@ from prometheus_client import Counter
 
 from schemas import dumps
 from schemas.commands import AccessCommand
-from services import topics
-from services.config import Settings
-from services.kafka_auth import aiokafka_kwargs
-from services.textutil import stable_id
+from services.core import topics
+from services.core.config import Settings
+from services.core.kafka_auth import aiokafka_kwargs
+from services.core.textutil import stable_id
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from schemas import MemoryStatus, MemoryType
-from services import metrics
 from services.api import docs, errors
 from services.api.access import AccessMarks, kafka_producer
 from services.api.auth import install as install_auth
@@ -45,6 +44,7 @@ from services.api.models import (
 )
 from services.api.ranking import Weights
 from services.api.recall import recall, working
+from services.core import metrics
 from services.runtime import Runtime
 
 

@@ -40,7 +40,7 @@ from services.auth import (
     required_role,
 )
 from services.auth.policy import TENANT_FIELD
-from services.config import Settings
+from services.core.config import Settings
 from services.stores.postgres import PgPool
 
 log = logging.getLogger(__name__)

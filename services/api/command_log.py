@@ -1,6 +1,6 @@
 """The read service's two ends of a memory command: producing it, and (`?wait=true`) seeing it take effect.
 
-Producing: idempotently through librdkafka (services.producer), keyed
+Producing: idempotently through librdkafka (services.kafka.producer), keyed
 `tenant:user`, and only answered once the broker acknowledged every part; a
 broker that does not acknowledge in time is a 503, like any store outage.
 
@@ -21,11 +21,11 @@ from typing import Any
 
 from schemas import dumps
 from schemas.commands import AnyCommand
-from services import topics
-from services.config import Settings
-from services.errors import StoreUnavailable
-from services.kafka_auth import confluent_config
-from services.producer import AsyncProducer, ProduceFailed, ProducerSlot, acknowledged, producer_config
+from services.core import topics
+from services.core.config import Settings
+from services.core.errors import StoreUnavailable
+from services.core.kafka_auth import confluent_config
+from services.kafka.producer import AsyncProducer, ProduceFailed, ProducerSlot, acknowledged, producer_config
 from services.runtime import Runtime
 from services.stores.postgres.commands import CommandStore
 from services.stores.postgres.forget import holds_user

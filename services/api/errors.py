@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
-from services.errors import StoreError, StoreRejected, StoreUnavailable
+from services.core.errors import StoreError, StoreRejected, StoreUnavailable
 
 log = logging.getLogger(__name__)
 

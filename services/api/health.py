@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaClient
 
-from services.generations import DEFAULT
-from services.kafka_auth import aiokafka_kwargs
+from services.core.generations import DEFAULT
+from services.core.kafka_auth import aiokafka_kwargs
 from services.runtime import Runtime
 
 if TYPE_CHECKING:

@@ -20,11 +20,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from agents.stages import INDEX_STAGE, group_id
-from services import generations, metrics
-from services.config import Settings
-from services.errors import StoreUnavailable
-from services.kafka_auth import aiokafka_kwargs
+from services.core import generations, metrics
+from services.core.config import Settings
+from services.core.errors import StoreUnavailable
+from services.core.kafka_auth import aiokafka_kwargs
+from services.core.stages import INDEX_STAGE, group_id
 from services.runtime import Runtime
 
 log = logging.getLogger(__name__)

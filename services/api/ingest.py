@@ -3,7 +3,7 @@
 The body is one event or a JSON array of up to MAX_EVENTS, each exactly the
 Kafka contract (schemas/json/turn_event.schema.json, session_event.schema.json)
 and checked by the same function the window stage applies to what it reads
-from Kafka (agents.ingest.parse_chat_event), so HTTP accepts what the pipeline
+from Kafka (services.core.ingest.parse_chat_event), so HTTP accepts what the pipeline
 accepts, and says at once what it would have sent to the DLQ.
 
 A request is all or nothing as far as validation goes: one bad event and
@@ -28,13 +28,13 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PlainValidator, RootModel
 from pydantic.config import JsonDict
 
-from agents.ingest import parse_chat_event
 from schemas import SessionEvent, TurnEvent
 from services.api.jsonbody import StrictJsonRoute
-from services.config import Settings
-from services.errors import InvalidEvent, StoreUnavailable
-from services.kafka_auth import confluent_config
-from services.producer import ProduceFailed, ProducerSlot, TurnProducer
+from services.core.config import Settings
+from services.core.errors import InvalidEvent, StoreUnavailable
+from services.core.ingest import parse_chat_event
+from services.core.kafka_auth import confluent_config
+from services.kafka.producer import ProduceFailed, ProducerSlot, TurnProducer
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Accepted(BaseModel):
 class TurnSink:
     """The read service's producer on `chat.turns`: started with the app, replaced if it breaks for good.
 
-    Idempotent (services.producer), so librdkafka's own retries after a lost
+    Idempotent (services.kafka.producer), so librdkafka's own retries after a lost
     acknowledgement write nothing twice. A server run without lifespan
     events (tests) starts it on the first ingest instead.
     """

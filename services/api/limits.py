@@ -18,7 +18,6 @@ from urllib.parse import parse_qs
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services import metrics
 from services.api.auth import AuthGate, protected
 from services.api.errors import (
     INTERNAL,
@@ -30,7 +29,8 @@ from services.api.errors import (
     unavailable,
 )
 from services.auth.keys import Principal
-from services.errors import StoreError
+from services.core import metrics
+from services.core.errors import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from schemas.memory import LAYER_OF_TYPE, MemoryLayer, MemoryType
-from services.textutil import count_tokens
+from services.core.textutil import count_tokens
 
 if TYPE_CHECKING:
-    from services.config import Settings
+    from services.core.config import Settings
 
 HALF_LIFE_DAYS = 180.0
 # The access signal reaches 1.0 here: beyond this many recalls a memory is

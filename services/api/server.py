@@ -24,7 +24,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from services.api.errors import error_response
-from services.config import Settings
+from services.core.config import Settings
 
 log = logging.getLogger(__name__)
 

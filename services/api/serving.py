@@ -25,9 +25,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from services import generations, metrics
 from services.api.index_follower import follow_index, follows
-from services.errors import StoreError
+from services.core import generations, metrics
+from services.core.errors import StoreError
 from services.runtime import Runtime
 from services.stores import open_vector_index
 from services.stores.postgres import MemoryReader, PgPool, WindowStore

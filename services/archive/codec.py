@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from schemas import SessionEvent, TurnEvent, chat_event_adapter, codec
 from schemas.commands import AnyCommand, ForgetUser, command_adapter
-from services.textutil import keyed_id
+from services.core.textutil import keyed_id
 
 FORMAT: Literal[1] = 1
 KEY_BYTES = 32  # AES-256

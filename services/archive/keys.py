@@ -20,8 +20,8 @@ from typing import Any
 
 from services.archive.codec import DataKey, MasterKey, RecordRejected, new_data_key, unwrap, wrap
 from services.archive.master import load_master_key
-from services.config import Settings
-from services.errors import StoreRejected, StoreUnavailable
+from services.core.config import Settings
+from services.core.errors import StoreRejected, StoreUnavailable
 from services.stores.postgres.pool import Conn, PgPool
 
 Owner = tuple[str, str]  # (tenant_id, user_id)

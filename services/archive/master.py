@@ -13,8 +13,8 @@ from pathlib import Path
 
 from services.archive.codec import MasterKey
 from services.auth.secret import read_private, write_private
-from services.config import Settings
-from services.errors import ConfigError
+from services.core.config import Settings
+from services.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

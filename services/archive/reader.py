@@ -43,12 +43,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas import SessionEvent, TurnEvent
-from services import topics
 from services.archive.codec import EVENT_TYPES, ArchiveRecord, RecordRejected, open_record, read_record
 from services.archive.keys import KeyStore
-from services.config import Settings
-from services.errors import StoreUnavailable
-from services.kafka_auth import aiokafka_kwargs
+from services.core import topics
+from services.core.config import Settings
+from services.core.errors import StoreUnavailable
+from services.core.kafka_auth import aiokafka_kwargs
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from services.auth.keys import Role, key_hash, new_key
 from services.auth.secret import load_secret, read_private, write_private
 from services.auth.store import KeyStore
-from services.config import Settings
+from services.core.config import Settings
 from services.stores.postgres import PgPool, migrate
 
 API_KEY_FILE = "api-key"

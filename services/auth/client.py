@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from services.auth.bootstrap import api_key_path
 from services.auth.secret import read_private
-from services.config import Settings
+from services.core.config import Settings
 
 
 def client_key(settings: Settings) -> str | None:

@@ -15,8 +15,8 @@ import secrets
 import stat
 from pathlib import Path
 
-from services.config import Settings
-from services.errors import ConfigError
+from services.core.config import Settings
+from services.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

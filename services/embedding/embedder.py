@@ -12,8 +12,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from services import metrics
-from services.textutil import content_hash
+from services.core import metrics
+from services.core.textutil import content_hash
 
 Vector = list[float]
 

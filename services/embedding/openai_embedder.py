@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 import openai
 
-from services import metrics
+from services.core import metrics
+from services.core.errors import ConfigError, StoreError, StoreRejected, StoreUnavailable
 from services.embedding.embedder import Vector
-from services.errors import ConfigError, StoreError, StoreRejected, StoreUnavailable
 from services.llm import metrics as llm_metrics
 
 OPERATION = "embed"

@@ -25,7 +25,7 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from pydantic import BaseModel, ValidationError
 
-from services.config import Settings
+from services.core.config import Settings
 from services.llm import metrics
 
 log = logging.getLogger(__name__)

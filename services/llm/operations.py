@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import MemoryCandidate, MemoryRecord, MemoryType, Provenance, Role, TurnEvent
+from services.core.textutil import normalize, stable_id
 from services.llm.client import Fallback, LlmClient, Ok, Outcome
-from services.textutil import normalize, stable_id
 
 EXTRACTOR = "llm/v1"
 OPERATIONS = ("extract_facts", "decide", "summarize_episode", "synthesize")

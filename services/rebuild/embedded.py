@@ -20,9 +20,9 @@ from pathlib import Path
 
 import psycopg
 
-from services.config import Settings
-from services.errors import StackError
-from services.pgpass import with_passfile
+from services.core.config import Settings
+from services.core.errors import StackError
+from services.core.pgpass import with_passfile
 
 log = logging.getLogger("memstream.rebuild")
 

@@ -2,7 +2,7 @@
 
 `memstream rebuild generation NAME --from archive`:
 1. registers NAME as `building` in public.generations and creates its schema
-   (services/generations.py) and its own topics, shaped like the base topics
+   (services/core/generations.py) and its own topics, shaped like the base topics
    of topics.yaml;
 2. starts a worker process in the generation (`memstream worker` with
    MEMSTREAM_GENERATION=NAME: every stage, with the generation's consumer
@@ -50,12 +50,12 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from agents.stages import group_id
-from services import generations
-from services.config import Settings
-from services.generations import Generation
-from services.kafka_auth import confluent_config
-from services.rebuild.log_end import group_lag
+from services.core import generations
+from services.core.config import Settings
+from services.core.generations import Generation
+from services.core.kafka_auth import confluent_config
+from services.core.stages import group_id
+from services.kafka.log_end import group_lag
 from services.rebuild.progress import Progress
 
 log = logging.getLogger("memstream.rebuild")

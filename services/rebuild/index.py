@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.qdrant_sink.agent import indexed
 from schemas import MemoryRecord
-from services.config import Settings
+from services.core.config import Settings
 from services.rebuild.progress import Progress
 from services.stores import model_suffix
 from services.stores.postgres import PgPool

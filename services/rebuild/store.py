@@ -44,12 +44,12 @@ from dataclasses import dataclass
 
 from schemas import MemoryChange
 from schemas.commands import UserForgotten
-from services import topics
 from services.archive.changes import FORGOTTEN, MALFORMED, UNREADABLE, open_changes
 from services.archive.keys import KeyStore
-from services.config import Settings
-from services.errors import StackError, StoreRejected
-from services.rebuild.log_end import EndDetector, read_to_end
+from services.core import topics
+from services.core.config import Settings
+from services.core.errors import StackError, StoreRejected
+from services.kafka.log_end import EndDetector, read_to_end
 from services.rebuild.progress import Progress
 from services.stores.postgres import Conn, MemoryWriter, PgPool, migrate
 from services.stores.postgres.forget import forget_user

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from services.config import Settings
+from services.core.config import Settings
 from services.stores.vector import VectorIndex
 
 

@@ -29,7 +29,7 @@ from uuid import UUID
 
 import qdrant_edge as qe
 
-from services.errors import StackError
+from services.core.errors import StackError
 from services.stores.fusion import FusedSearch
 from services.stores.qdrant_errors import qdrant_call
 from services.stores.vector import (

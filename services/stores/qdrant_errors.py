@@ -15,8 +15,8 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from services import metrics
-from services.errors import StoreError, StoreRejected, StoreUnavailable
+from services.core import metrics
+from services.core.errors import StoreError, StoreRejected, StoreUnavailable
 
 
 def classify(exc: Exception, operation: str) -> StoreError:

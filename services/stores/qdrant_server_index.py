@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import SecretStr
 from qdrant_client import AsyncQdrantClient, models
 
-from services.errors import StackError
+from services.core.errors import StackError
 from services.stores.fusion import FusedSearch
 from services.stores.qdrant_errors import qdrant_call
 from services.stores.vector import (

@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, Required, TypedDict
 
 if TYPE_CHECKING:
-    from services.config import Settings
+    from services.core.config import Settings
     from services.stores.fusion import RecallFusion
 
 DENSE = "dense"

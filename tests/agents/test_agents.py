@@ -33,12 +33,12 @@ from schemas import (
     TurnEvent,
 )
 from services.archive.changes import seal_change
-from services.config import Settings
+from services.core.config import Settings
+from services.core.textutil import stable_id
+from services.core.topics import BY_ROLE as TOPIC_NAMES
 from services.runtime import Runtime
 from services.stores.postgres import migrate
 from services.stores.vector import Scope
-from services.textutil import stable_id
-from services.topics import BY_ROLE as TOPIC_NAMES
 from tests.changes import opened
 from tests.stack import session_end, turn
 

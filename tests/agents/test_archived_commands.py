@@ -22,11 +22,11 @@ from agents.topics import Topics
 from schemas import chat_event_adapter
 from schemas.commands import AccessCommand, CorrectMemory, DeleteMemory, ForgetUser
 from services.archive.codec import open_command, read_record, seal
-from services.config import Settings
+from services.core.config import Settings
+from services.core.textutil import stable_id
+from services.core.topics import BY_ROLE as TOPIC_NAMES
 from services.runtime import Runtime
 from services.stores.postgres import migrate
-from services.textutil import stable_id
-from services.topics import BY_ROLE as TOPIC_NAMES
 from tests.agents.test_agents import Harness, Sink
 from tests.agents.test_agents import harness as harness  # the fixture
 from tests.agents.test_memory_commands import add, claimed, envelope, raw

@@ -17,10 +17,10 @@ from pydantic import ValidationError
 from agents.consolidator import commands
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
 from schemas.commands import AccessCommand
+from services.core.textutil import stable_id
 from services.stores.postgres import record_from_row
 from services.stores.postgres.commands import Access
 from services.stores.postgres.records import RECORD_COLUMNS
-from services.textutil import stable_id
 from tests.agents.test_agents import Harness
 from tests.agents.test_agents import harness as harness  # the fixture
 

@@ -27,12 +27,12 @@ from schemas.commands import (
     UserForgotten,
 )
 from schemas.export import ExportDocument
+from services.core.textutil import stable_id
 from services.stores.postgres import ChunkMark, record_from_row
 from services.stores.postgres.commands import CommandStore
 from services.stores.postgres.export import export_user
 from services.stores.postgres.records import RECORD_COLUMNS
 from services.stores.vector import IndexedMemory, Scope
-from services.textutil import stable_id
 from tests.agents.test_agents import Harness
 from tests.agents.test_agents import harness as harness  # the fixture
 from tests.factories import turn_event

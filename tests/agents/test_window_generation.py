@@ -17,13 +17,13 @@ import pytest
 from agents.topics import Topics
 from agents.window import agent
 from schemas import chat_event_adapter
-from services import metrics
 from services.archive.codec import seal
 from services.archive.keys import KeyStore
-from services.config import Settings
+from services.core import metrics
+from services.core.config import Settings
+from services.core.topics import BY_ROLE as TOPIC_NAMES
 from services.runtime import Runtime
 from services.stores.postgres import migrate
-from services.topics import BY_ROLE as TOPIC_NAMES
 from tests.agents.test_agents import Harness, Sink
 from tests.stack import session_end, turn
 

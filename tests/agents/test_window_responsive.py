@@ -20,7 +20,7 @@ import pytest
 from agents.window import agent
 from agents.window.outgoing import candidate_messages
 from schemas import SessionEvent, TurnEvent
-from services.config import Settings
+from services.core.config import Settings
 from services.runtime import Runtime
 from services.stores.postgres import OutboxMessage, migrate
 from tests.pathological import pathological_turns

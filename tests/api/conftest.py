@@ -26,7 +26,7 @@ from services.api.app import create_app
 from services.api.health import Readiness
 from services.api.server import server_config
 from services.auth import ApiKey, KeyStore, Role, load_secret
-from services.config import Settings
+from services.core.config import Settings
 from services.runtime import Runtime
 from tests.pg import PgServer, embedded_postgres
 

@@ -15,7 +15,7 @@ import orjson
 
 from schemas.commands import AccessCommand
 from services.api.access import ACCESS_MARKS, AccessMarks, Seen, access_commands
-from services.textutil import stable_id
+from services.core.textutil import stable_id
 
 AT = datetime(2026, 6, 1, tzinfo=UTC)
 IDS = [stable_id("m", str(i)) for i in range(3)]

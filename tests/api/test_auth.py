@@ -31,7 +31,7 @@ from services.api.auth import (
 )
 from services.api.health import Readiness
 from services.auth import Role, required_role
-from services.textutil import content_hash, stable_id
+from services.core.textutil import content_hash, stable_id
 from tests.api.conftest import LiveApi, bearer
 
 TENANT, OTHER = "auth-a", "auth-b"

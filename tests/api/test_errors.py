@@ -10,7 +10,7 @@ import pytest
 
 from services.api.errors import INTERNAL, REJECTED, RETRY_AFTER_SECONDS, UNAVAILABLE
 from services.api.models import RecallRequest
-from services.errors import StoreError, StoreRejected, StoreUnavailable
+from services.core.errors import StoreError, StoreRejected, StoreUnavailable
 from tests.api.conftest import LiveApi
 
 SECRET = 'psycopg.errors.Whatever: connection to server at "10.0.0.7" failed: secret detail'

@@ -18,7 +18,7 @@ import pytest
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance, TurnEvent
 from schemas.export import EXPORT_FORMAT, ExportDocument
 from services.auth import Role
-from services.textutil import content_hash, stable_id
+from services.core.textutil import content_hash, stable_id
 from tests.api.conftest import LiveApi, bearer
 from tests.stack import user_path
 

@@ -57,7 +57,7 @@ from ops.embedded import Child, broker_argv
 from ops.topics import create_topics, load_specs
 from schemas.validation import LONE_SURROGATE, has_surrogate
 from services.auth import Role
-from services.config import Settings
+from services.core.config import Settings
 from tests.api.conftest import ServerThread, create_key
 from tests.pg import PgServer
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from services.auth import Role
-from services.config import Settings
+from services.core.config import Settings
 from tests.api.conftest import LiveApi, ServerThread, create_key
 from tests.pg import PgServer
 

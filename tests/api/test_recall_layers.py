@@ -17,7 +17,7 @@ import pytest
 from agents.qdrant_sink.agent import apply_changes
 from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.api.access import ACCESS_MARKS
-from services.textutil import content_hash, stable_id
+from services.core.textutil import content_hash, stable_id
 from tests.api.conftest import LiveApi
 
 NOW = datetime.now(UTC)

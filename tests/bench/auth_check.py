@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.types import Message
 
 from services.api.auth import AuthGate, authenticate, verifier_for
-from services.config import Settings
+from services.core.config import Settings
 from services.stores.postgres import PgPool
 from tests.bench.probe import percentiles
 

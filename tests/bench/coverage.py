@@ -4,7 +4,7 @@ LoCoMo ships a human-style summary of every session (`session_summary`,
 keys `session_N_summary`). Coverage is the share of a reference summary's
 content words that the episodes memstream made from that session contain,
 compared as Snowball (Porter2) English stems, so "painted" in the reference
-meets "painting" in an episode. Content words are `services.textutil.content_words`:
+meets "painting" in an episode. Content words are `services.core.textutil.content_words`:
 the stopwords the summarizer itself ignores.
 
 Coverage alone rewards length: an episode that copied the whole session
@@ -25,7 +25,7 @@ from typing import Any
 
 import Stemmer  # type: ignore[import-not-found]  # PyStemmer: already a dependency, ships no type hints
 
-from services.textutil import content_words, count_tokens
+from services.core.textutil import content_words, count_tokens
 
 _SUMMARY_KEY = re.compile(r"session_(\d+)_summary")
 _DIA = re.compile(r"D:?(\d+):(\d+)")

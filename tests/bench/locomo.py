@@ -42,8 +42,8 @@ import httpx
 import psycopg
 
 from agents.maintenance.standalone import maintain_once
-from services.config import Settings
-from services.textutil import count_tokens
+from services.core.config import Settings
+from services.core.textutil import count_tokens
 from tests.bench import generation as generation_bench
 from tests.bench.coverage import Episode, coverage_summary, format_coverage, reference_summaries, session_lines
 from tests.bench.pipeline import replay

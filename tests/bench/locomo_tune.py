@@ -39,7 +39,7 @@ from schemas import MemoryRecord, MemoryType
 from services.api.models import RecallRequest
 from services.api.ranking import Weights
 from services.api.recall import _packed, _profile, fused_candidates, fusion_weights
-from services.config import Settings
+from services.core.config import Settings
 from services.embedding import MiniLmEmbedder
 from services.stores.postgres import PgPool
 from services.stores.postgres.memory_reads import LiveHit

@@ -40,7 +40,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops.embedded import Child, _free_port, _tcp_open, broker_child, wait_until
-from services.config import Settings
+from services.core.config import Settings
 
 RESULTS = Path("bench-results")
 TOPIC = "log.bench"

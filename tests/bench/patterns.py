@@ -52,7 +52,7 @@ from agents.summarizer.candidates import EXTRACTOR, candidate_for
 from agents.summarizer.extractive import summarize
 from agents.summarizer.salience import DOCUMENTS, Salience, assistant_documents
 from schemas import EmbeddedCandidate, EvictedChunk, MemoryRecord, MemoryType, Role, TurnEvent
-from services.config import Settings
+from services.core.config import Settings
 from services.embedding import Embedder, MiniLmEmbedder
 from tests.bench.pattern_set import TENANT, LabelledSession, User, labelled_users
 

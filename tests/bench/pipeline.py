@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import orjson
 
-from services.config import Settings
-from services.producer import TurnProducer
+from services.core.config import Settings
+from services.kafka.producer import TurnProducer
 from tests.bench.corpus import SUBJECTS, sentence, turn_ids
 from tests.bench.probe import ChangeWatcher, percentiles
 from tests.stack import turn

@@ -12,11 +12,11 @@ import httpx
 from aiokafka import AIOKafkaConsumer
 from prometheus_client.parser import text_string_to_metric_families
 
-from services import topics
 from services.archive.changes import open_changes
 from services.archive.keys import KeyStore
-from services.config import Settings
-from services.log_tail import pin_to_log_end
+from services.core import topics
+from services.core.config import Settings
+from services.kafka.log_tail import pin_to_log_end
 from services.stores.postgres import PgPool
 
 __all__ = ["ChangeWatcher", "peak_rss_mib", "percentiles", "pin_to_log_end", "scrape", "wait_drained"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from services.config import Settings
+from services.core.config import Settings
 from services.rebuild.index import count_indexable, fill, model_dimension
 from services.rebuild.progress import Progress
 from services.rebuild.store import rebuild_store

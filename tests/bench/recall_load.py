@@ -22,8 +22,8 @@ import psycopg
 from aiokafka import AIOKafkaProducer
 
 from schemas import partition_key
+from services.core.textutil import stable_id
 from services.embedding import MiniLmEmbedder
-from services.textutil import stable_id
 from tests.bench.corpus import synthetic_texts
 from tests.bench.probe import percentiles, scrape, wait_drained
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.stages import INDEX_STAGE, STAGE_NAMES, without
+from services.core.stages import INDEX_STAGE, STAGE_NAMES, without
 from tests.bench import pipeline
 from tests.bench.corpus import conversations
 from tests.stack import Stack, embedded_stack, stack_settings, wait_for

@@ -29,10 +29,10 @@ import pytest
 
 from ops.topics import load_specs
 from schemas import SessionEvent, TurnEvent, chat_event_adapter
-from services import generations, topics
 from services.archive import KeyStore, ReplayStats, archived_events, load_master_key, open_changes, read_topic
 from services.archive.master import master_key_path
-from services.config import Settings
+from services.core import generations, topics
+from services.core.config import Settings
 from services.rebuild.index import edge_path, model_dimension
 from services.stores.postgres import PgPool
 from services.stores.qdrant_edge_index import EdgeIndex

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from services import topics
+from services.core import topics
 from tests.stack import Stack, embedded_stack, produce, session_end, settle, turn
 
 pytestmark = pytest.mark.e2e

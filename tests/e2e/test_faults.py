@@ -27,9 +27,9 @@ import httpx
 import orjson
 import pytest
 
-from services import topics
-from services.faults import POINTS
-from services.producer import ProduceFailed, TurnProducer
+from services.core import topics
+from services.core.faults import POINTS
+from services.kafka.producer import ProduceFailed, TurnProducer
 from tests.hostile import Contract, HostileTraffic, Message
 from tests.stack import (
     DeadLetter,

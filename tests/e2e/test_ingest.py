@@ -21,8 +21,8 @@ from confluent_kafka.admin import AdminClient
 
 from ops.topics import TopicSpec, create_topics, load_specs
 from schemas import TurnEvent
-from services import topics
-from services.producer import TurnProducer
+from services.core import topics
+from services.kafka.producer import TurnProducer
 from tests.stack import ROOT, Stack, turn, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -23,9 +23,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from ops.embedded import hba_trusts
-from services.config import Settings
-from services.kafka_auth import aiokafka_kwargs
-from services.pgpass import passfile_path, read_password
+from services.core.config import Settings
+from services.core.kafka_auth import aiokafka_kwargs
+from services.core.pgpass import passfile_path, read_password
 from tests.stack import ROOT, Stack, embedded_stack, turn, wait_for
 
 pytestmark = pytest.mark.e2e

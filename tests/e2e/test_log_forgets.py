@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from ops.topics import load_specs
-from services import topics
 from services.archive import read_topic
+from services.core import topics
 from tests.stack import (
     ROOT,
     Stack,

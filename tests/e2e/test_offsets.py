@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 import pytest
 
-from agents.stages import group_id
-from services import topics
+from services.core import topics
+from services.core.stages import group_id
 from tests.e2e.test_faults import (
     all_remembered,
     assert_exactly_once,

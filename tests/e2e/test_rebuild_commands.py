@@ -23,13 +23,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from psycopg.rows import dict_row
 
-from agents.stages import STAGE_NAMES, group_id
 from ops.topics import create_topics, load_specs
-from services import generations, topics
 from services.archive import read_topic
 from services.archive.codec import read_record
-from services.config import Settings
-from services.kafka_auth import aiokafka_kwargs, confluent_config
+from services.core import generations, topics
+from services.core.config import Settings
+from services.core.kafka_auth import aiokafka_kwargs, confluent_config
+from services.core.stages import STAGE_NAMES, group_id
 from tests.stack import ROOT, Stack, embedded_stack, produce, run_cli, stack_settings, turn, wait_for
 from tests.user_rows import settled_rows
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agents.stages import INDEX_STAGE, STAGE_NAMES, without
+from services.core.stages import INDEX_STAGE, STAGE_NAMES, without
 from tests.e2e.test_faults import (
     all_remembered,
     assert_exactly_once,

@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from agents.housekeeping import partition_lag
 from ops.embedded import Child, _free_port, _tcp_open, broker_child, kafka_store_child, wait_until
-from services.config import Settings
+from services.core.config import Settings
 from tests.bench.probe import pin_to_log_end
 
 

@@ -1,6 +1,6 @@
 """Kafka authentication and roles against the embedded broker: tansu behind the SCRAM gate, as `memstream up` runs them.
 
-Every client here is built from Settings by services/kafka_auth.py, the way
+Every client here is built from Settings by services/core/kafka_auth.py, the way
 memstream builds its own; a client without credentials, or with wrong ones,
 is refused, and an authenticated one reaches only what its role allows
 (aiokafka and librdkafka, each with the errors it expects). The first test
@@ -49,9 +49,9 @@ from ops.embedded import (
 )
 from ops.kafka_gate import _address, _pump
 from ops.scram import UserStore
-from services.config import Settings
-from services.kafka_auth import aiokafka_kwargs, confluent_config
-from services.topics import CHANGES, COMMANDS, TURNS
+from services.core.config import Settings
+from services.core.kafka_auth import aiokafka_kwargs, confluent_config
+from services.core.topics import CHANGES, COMMANDS, TURNS
 from tests.stack import run_cli
 
 PASSWORD = "correct-horse-battery"

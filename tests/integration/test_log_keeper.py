@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops.embedded import Child, _free_port, _tcp_open, broker_child, wait_until
-from services.config import Settings
+from services.core.config import Settings
 
 FAST_KEEPER = ["--keeper-interval", "0.5", "--keeper-settle", "1", "--keeper-max-delay", "1", "--keeper-grace", "2"]
 Seen = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]

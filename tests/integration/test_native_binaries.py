@@ -422,7 +422,7 @@ async def test_tansu_broker_runs_on_avx2(emulated_cpu: dict[str, bool], tmp_path
     from ops.embedded import broker_argv
     from ops.topics import create_topics, load_specs
     from schemas import TurnEvent, loads
-    from services.producer import TURNS_TOPIC, TurnProducer
+    from services.kafka.producer import TURNS_TOPIC, TurnProducer
     from tests.factories import turn_event
 
     assert QEMU is not None

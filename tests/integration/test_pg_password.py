@@ -24,9 +24,9 @@ from ops.embedded import (
     require_password,
     wait_until,
 )
-from services.config import Settings
-from services.errors import StackError
-from services.pgpass import passfile_path, read_password, with_passfile
+from services.core.config import Settings
+from services.core.errors import StackError
+from services.core.pgpass import passfile_path, read_password, with_passfile
 from tests.pg import _free_port, embedded_postgres
 
 

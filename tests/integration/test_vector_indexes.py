@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.errors import StoreRejected, StoreUnavailable
+from services.core.errors import StoreRejected, StoreUnavailable
 from services.stores.qdrant_edge_index import EdgeIndex
 from services.stores.qdrant_server_index import ServerIndex
 from services.stores.vector import Bm25Encoder, IndexedMemory, Scope, VectorIndex

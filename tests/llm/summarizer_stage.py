@@ -14,10 +14,10 @@ import faust
 
 from agents.summarizer import agent
 from agents.topics import Topics
-from services.config import Settings
+from services.core.config import Settings
+from services.core.topics import BY_ROLE as TOPIC_NAMES
 from services.runtime import Runtime
 from services.stores.postgres import migrate
-from services.topics import BY_ROLE as TOPIC_NAMES
 from tests.agents.test_agents import Harness, Sink
 
 

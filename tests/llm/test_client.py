@@ -10,10 +10,10 @@ from prometheus_client import REGISTRY
 
 from agents.rules.candidates import candidates_for_turn
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
+from services.core.textutil import stable_id
 from services.llm import Action, Fallback, LlmClient, Ok, decide, extract_facts, fact_candidates, synthesize
 from services.llm.client import backoff, parse_answer, strip_fence
 from services.llm.operations import EpisodeAnswer, summarize_episode
-from services.textutil import stable_id
 from tests.factories import turn_event
 from tests.llm.fake_openai import FakeOpenAI, Reply, answer
 

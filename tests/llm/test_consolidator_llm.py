@@ -19,11 +19,11 @@ from agents.consolidator import agent
 from agents.consolidator.agent import consolidate
 from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryCandidate, MemoryStatus, MemoryType, Provenance, codec
-from services.config import Settings
+from services.core.config import Settings
+from services.core.textutil import stable_id
+from services.core.topics import BY_ROLE as TOPIC_NAMES
 from services.runtime import Runtime
 from services.stores.postgres import migrate
-from services.textutil import stable_id
-from services.topics import BY_ROLE as TOPIC_NAMES
 from tests.agents.test_agents import Harness, Sink
 from tests.llm.fake_openai import FakeOpenAI, Reply, answer
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from services.core.errors import ConfigError, StoreRejected, StoreUnavailable
 from services.embedding.openai_embedder import OpenAiEmbedder
-from services.errors import ConfigError, StoreRejected, StoreUnavailable
 from tests.llm.fake_openai import FakeOpenAI, Reply, _vector
 
 

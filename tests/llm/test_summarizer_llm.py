@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from schemas import EvictedChunk, TurnEvent
-from services.textutil import stable_id
+from services.core.textutil import stable_id
 from tests.agents.test_agents import Harness
 from tests.llm.fake_openai import Reply, answer
 from tests.llm.routed_openai import RoutedOpenAI, routed_openai

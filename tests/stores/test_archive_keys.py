@@ -8,7 +8,7 @@ import pytest
 
 from services.archive.codec import DataKey, MasterKey, open_record, read_record, seal
 from services.archive.keys import KeyStore, MasterKeyMismatch
-from services.errors import StoreRejected
+from services.core.errors import StoreRejected
 from services.stores.postgres import PgPool
 from services.stores.postgres.forget import forget_user, holds_user, user_tables
 from tests.stores.test_forget import turn

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType
+from services.core.textutil import stable_id
 from services.stores.postgres import MemoryReader, MemoryWriter, PgPool
-from services.textutil import stable_id
 from tests.stores.test_postgres import NOW, memory
 
 HOUR = timedelta(hours=1)

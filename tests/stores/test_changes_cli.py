@@ -20,10 +20,10 @@ from services.archive.codec import MasterKey
 from services.archive.keys import KeyStore
 from services.cli import build_parser
 from services.cli_changes import print_changes, wanted
-from services.config import Settings
-from services.rebuild.log_end import Message
+from services.core.config import Settings
+from services.core.textutil import stable_id
+from services.kafka.log_end import Message
 from services.stores.postgres import PgPool
-from services.textutil import stable_id
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 SECRET = bytes(range(32))

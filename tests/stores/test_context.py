@@ -16,8 +16,8 @@ from agents.consolidator.apply import BatchContext, apply_candidate
 from agents.qdrant_sink.agent import plan
 from agents.rules.candidates import candidates_for_turn
 from schemas import ChangeOp, EmbeddedCandidate, MemoryCandidate, MemoryType
-from services.config import Settings
-from services.errors import StackError
+from services.core.config import Settings
+from services.core.errors import StackError
 from services.rebuild.index import edge_path, rebuild_edge
 from services.rebuild.progress import Progress
 from services.rebuild.store import StoreTally, apply_changes

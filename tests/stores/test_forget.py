@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance, TurnEvent, partition_key
+from services.core.textutil import content_hash, stable_id
 from services.stores.postgres import ChunkMark, MemoryWriter, Outbox, OutboxMessage, PgPool, SummaryStore, WindowStore
 from services.stores.postgres.commands import CommandStore
 from services.stores.postgres.export import export_user
 from services.stores.postgres.forget import forget_user, holds_user, user_tables
-from services.textutil import content_hash, stable_id
 from tests.user_rows import rows_naming
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)

@@ -12,11 +12,11 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
-from services import generations
-from services.generations import DERIVED_TABLES, SHARED_TABLES, Generation, GenerationError
+from services.core import generations
+from services.core.generations import DERIVED_TABLES, SHARED_TABLES, Generation, GenerationError
+from services.core.textutil import content_hash, stable_id
 from services.stores.postgres import MemoryWriter, PgPool, migrate
 from services.stores.postgres.forget import forget_user
-from services.textutil import content_hash, stable_id
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 

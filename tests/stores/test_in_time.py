@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from agents.consolidator.agent import consolidate
 from schemas import EmbeddedCandidate
+from services.core.textutil import normalize, stable_id
 from services.runtime import Runtime
 from services.stores.postgres import migrate
-from services.textutil import normalize, stable_id
 from tests.factories import city_fact
 from tests.pg import open_runtime
 

@@ -26,9 +26,9 @@ from schemas.memory import QuestionState
 from services.archive.changes import open_changes
 from services.archive.codec import MasterKey
 from services.archive.keys import KeyStore
+from services.core.textutil import stable_id
 from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, OutboxMessage, PgPool, WindowStore
 from services.stores.postgres.maintenance import idle_sessions
-from services.textutil import stable_id
 from tests.factories import turn_event
 from tests.unit.test_questions import question_record
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
+from services.core.textutil import stable_id
 from services.stores.postgres import MemoryWriter, PgPool
 from services.stores.postgres.memory_writes import Probe
-from services.textutil import stable_id
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 

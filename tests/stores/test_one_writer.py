@@ -18,8 +18,8 @@ from agents.maintenance.logic import Rules
 from agents.maintenance.run import maintain_user
 from schemas import EmbeddedCandidate, MemoryCandidate, MemoryChange, MemoryStatus, MemoryType, Provenance
 from services.archive.changes import open_changes
+from services.core.textutil import stable_id
 from services.stores.postgres.locks import lock_users, user_lock_key
-from services.textutil import stable_id
 from tests.pg import open_runtime
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

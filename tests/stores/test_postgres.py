@@ -13,7 +13,8 @@ import pytest
 
 import services.stores.postgres as postgres_package
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance, TurnEvent
-from services.errors import StoreRejected, StoreUnavailable
+from services.core.errors import StoreRejected, StoreUnavailable
+from services.core.textutil import stable_id
 from services.stores.postgres import (
     Archived,
     MemoryReader,
@@ -24,7 +25,6 @@ from services.stores.postgres import (
     WindowStore,
     migrate,
 )
-from services.textutil import stable_id
 from tests.factories import turn_event
 from tests.pg import PgServer
 

@@ -13,14 +13,14 @@ from qdrant_client import AsyncQdrantClient
 
 from agents.qdrant_sink.agent import plan
 from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
-from services.config import Settings
+from services.core.config import Settings
+from services.core.textutil import content_hash, stable_id
 from services.rebuild.index import edge_path, rebuild_edge, rebuild_server
 from services.rebuild.progress import Progress
 from services.stores.postgres import MemoryWriter, PgPool
 from services.stores.qdrant_edge_index import EdgeIndex
 from services.stores.qdrant_server_index import ServerIndex
 from services.stores.vector import Bm25Encoder, IndexedMemory, Scope
-from services.textutil import content_hash, stable_id
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 

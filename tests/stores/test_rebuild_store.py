@@ -18,12 +18,12 @@ from schemas.commands import UserForgotten
 from services.archive.changes import seal_changes
 from services.archive.codec import MasterKey
 from services.archive.keys import KeyStore
-from services.errors import StackError
+from services.core.errors import StackError
+from services.core.textutil import stable_id
 from services.rebuild.store import StoreTally, apply_stream, require_keys, restore_keys
 from services.stores.postgres import MemoryWriter, PgPool, migrate
 from services.stores.postgres.commands import Access, CommandStore
 from services.stores.postgres.forget import forget_user
-from services.textutil import stable_id
 from tests.pg import PgServer
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType
-from services.pgpass import read_password
+from services.core.pgpass import read_password
 from services.stores.postgres import MemoryReader, MemoryWriter, PgPool, WindowStore, migrate
 from services.stores.postgres.memory_reads import LiveHit
 from tests.factories import turn_event

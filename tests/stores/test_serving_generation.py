@@ -13,13 +13,13 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
-from services import generations
 from services.api.health import Readiness
 from services.api.serving import ServingGeneration
-from services.config import Settings
+from services.core import generations
+from services.core.config import Settings
+from services.core.textutil import stable_id
 from services.runtime import Runtime
 from services.stores.postgres import MemoryWriter
-from services.textutil import stable_id
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 

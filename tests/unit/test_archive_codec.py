@@ -23,8 +23,8 @@ from services.archive.codec import (
     wrap,
 )
 from services.archive.master import load_master_key, master_key_path
-from services.config import Settings
-from services.errors import ConfigError
+from services.core.config import Settings
+from services.core.errors import ConfigError
 
 SECRET = "Ich wohne in der Zanzibarstraße 7 und mag grünen Tee."
 

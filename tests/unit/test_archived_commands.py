@@ -21,7 +21,6 @@ from schemas.commands import (
     ForgetUser,
     ImportPart,
 )
-from services import topics
 from services.archive.codec import (
     ArchiveRecord,
     RecordRejected,
@@ -35,7 +34,8 @@ from services.archive.codec import (
     seal_command,
     sealable_bytes,
 )
-from services.errors import InvalidEvent
+from services.core import topics
+from services.core.errors import InvalidEvent
 
 AT = datetime(2026, 5, 1, 12, 30, tzinfo=UTC)
 SECRET = "Ich wohne in der Zanzibarstraße 7"

@@ -17,8 +17,8 @@ from services.auth import Denial, Principal, Role, authorize, load_secret, named
 from services.auth.client import client_headers
 from services.auth.keys import KEY_PREFIX, MAX_KEY_CHARS, hint, key_hash, looks_like_key, new_key
 from services.auth.secret import SECRET_FILE, write_private
-from services.config import Settings
-from services.errors import ConfigError
+from services.core.config import Settings
+from services.core.errors import ConfigError
 
 SECRET = b"s" * 32
 

@@ -26,7 +26,7 @@ from schemas.commands import (
 )
 from schemas.export import ExportDocument, ExportedSession, ExportedTurn
 from services.archive.codec import new_data_key
-from services.textutil import content_hash, stable_id
+from services.core.textutil import content_hash, stable_id
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 LATER = NOW + timedelta(hours=1)

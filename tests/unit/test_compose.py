@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.stages import parse_stages
+from services.core.stages import parse_stages
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 

@@ -26,7 +26,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from agents.ingest import parse_chat_event
 from schemas import Role, SessionEvent, TurnEvent, chat_event_adapter
 from schemas.generate import JSON_DIR
 from schemas.validation import (
@@ -44,7 +43,8 @@ from schemas.validation import (
     TURN_INDEX_MAX,
     VALIDATOR_ONLY,
 )
-from services.errors import InvalidEvent
+from services.core.errors import InvalidEvent
+from services.core.ingest import parse_chat_event
 
 MAX_CONTENT_BYTES = 65536  # the default setting
 DROP = object()  # a field left out

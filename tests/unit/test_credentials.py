@@ -17,15 +17,15 @@ from pydantic import ValidationError
 from ops.embedded import hba_trusts, hba_without_trust
 from ops.kafka_gate import authenticate_response, handshake_response
 from ops.scram import AuthFailed, Credential, ScramServer, UserStore, make_credential
-from services.config import Settings
-from services.kafka_auth import aiokafka_kwargs, confluent_config, faust_credentials
-from services.pgpass import passfile_path, read_password, with_passfile, write_passfile
+from services.core.config import Settings
+from services.core.kafka_auth import aiokafka_kwargs, confluent_config, faust_credentials
+from services.core.pgpass import passfile_path, read_password, with_passfile, write_passfile
 
 ROOT = Path(__file__).resolve().parents[2]
 SASL = {"kafka_sasl_mechanism": "SCRAM-SHA-512", "kafka_sasl_username": "chat", "kafka_sasl_password": "s3cret-pw"}
 
 
-# --- client options (services/kafka_auth.py) ---
+# --- client options (services/core/kafka_auth.py) ---
 
 
 def test_without_a_mechanism_no_client_gets_sasl_options(tmp_path: Path) -> None:
@@ -204,7 +204,7 @@ def test_handshake_and_authenticate_responses_are_encoded_as_kafka_expects() -> 
     assert v2 == b"\x00\x00\x00\x07" + b"\x00" + b"\x00\x00" + b"\x00" + b"\x06v=abc" + b"\x00" * 8 + b"\x00"
 
 
-# --- the Postgres password file (services/pgpass.py) and pg_hba.conf rules (ops/embedded.py) ---
+# --- the Postgres password file (services/core/pgpass.py) and pg_hba.conf rules (ops/embedded.py) ---
 
 
 def test_the_password_file_is_private_and_scoped_to_one_server_and_user(tmp_path: Path) -> None:

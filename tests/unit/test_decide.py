@@ -4,7 +4,7 @@ import pytest
 
 from agents.consolidator.decide import Action, Neighbours, decide
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
-from services.textutil import stable_id
+from services.core.textutil import stable_id
 from tests.factories import city_fact
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -11,7 +11,7 @@ from agents.consolidator.decide import Action, Decision, Neighbours, decide
 from agents.consolidator.merge import candidate_wins
 from schemas import EmbeddedCandidate, MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType
 from schemas.commands import CorrectMemory
-from services.textutil import content_hash, normalize, stable_id
+from services.core.textutil import content_hash, normalize, stable_id
 from tests.factories import city_fact
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -5,7 +5,7 @@ from typing import Any
 
 from agents.dlq import REASON_HEADER, DeadLetters
 from agents.stage import deliver
-from services.errors import InvalidEvent, StoreRejected, StoreUnavailable
+from services.core.errors import InvalidEvent, StoreRejected, StoreUnavailable
 
 
 @dataclass

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.stages import group_id
-from services import topics
-from services.config import Settings
-from services.generations import DEFAULT, Generation, GenerationError, check_name, scoped
+from services.core import topics
+from services.core.config import Settings
+from services.core.generations import DEFAULT, Generation, GenerationError, check_name, scoped
+from services.core.stages import group_id
 
 
 def test_the_default_generation_keeps_todays_names() -> None:

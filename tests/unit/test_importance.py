@@ -12,7 +12,7 @@ from agents.consolidator.importance import (
     salience,
 )
 from schemas import MemoryCandidate, MemoryType, Provenance
-from services.textutil import stable_id
+from services.core.textutil import stable_id
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -4,9 +4,9 @@ from typing import Any
 import orjson
 import pytest
 
-from agents.ingest import MAX_MESSAGE_CHARS, parse_chat_event, raw_limit
 from schemas import SessionEvent, TurnEvent
-from services.errors import InvalidEvent
+from services.core.errors import InvalidEvent
+from services.core.ingest import MAX_MESSAGE_CHARS, parse_chat_event, raw_limit
 
 TURN = {
     "event_id": "e1",

@@ -49,7 +49,7 @@ def test_memstreams_own_user_is_registered_as_a_worker_again_whatever_was_stored
     from pydantic import SecretStr
 
     from ops.embedded import kafka_users_path, register_kafka_user
-    from services.config import Settings
+    from services.core.config import Settings
 
     settings = Settings(
         data_dir=tmp_path,

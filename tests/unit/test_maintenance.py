@@ -35,9 +35,9 @@ from agents.maintenance.logic import (
 from agents.maintenance.timers import is_leader, leader_topic
 from schemas import ChangeOp, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from schemas.memory import Question, QuestionState
-from services.config import Settings
+from services.core.config import Settings
+from services.core.textutil import stable_id
 from services.stores.postgres.maintenance import IdleSession
-from services.textutil import stable_id
 
 NOW = datetime(2027, 1, 1, tzinfo=UTC)
 RULES = Rules(

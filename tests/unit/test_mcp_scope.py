@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
-from services.config import Settings
-from services.errors import ConfigError
+from services.core.config import Settings
+from services.core.errors import ConfigError
 from services.mcp_server import ANY_USER_FLAG, ToolScope, build_server, tool_scope
 from tests.mcp_client import ROOT, TOOLS, server_env
 

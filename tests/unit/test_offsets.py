@@ -35,9 +35,9 @@ from pydantic import BaseModel
 from agents import dlq as dead_letters
 from agents.dlq import REASON_HEADER, DeadLetters
 from agents.stage import batched_agent, consume_parsed, deliver
-from services.config import Settings
-from services.errors import InvalidEvent, StoreUnavailable
-from services.producer import AsyncProducer, producer_config
+from services.core.config import Settings
+from services.core.errors import InvalidEvent, StoreUnavailable
+from services.kafka.producer import AsyncProducer, producer_config
 from tests.unit.test_producer import refused_port
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from agents.maintenance.logic import Rules
-from services.config import Settings
+from services.core.config import Settings
 from tests.bench.patterns import UserEpisodes, evaluate, found_patterns, labelled_episodes
 
 PAIR_PRECISION = 0.8

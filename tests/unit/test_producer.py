@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from services.producer import AsyncProducer, ProduceFailed, TurnProducer, key_of, producer_config
+from services.kafka.producer import AsyncProducer, ProduceFailed, TurnProducer, key_of, producer_config
 from tests.factories import turn_event
 
 

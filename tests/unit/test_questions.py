@@ -5,7 +5,7 @@ from datetime import timedelta
 from agents.questions import answers, question_candidates, touches, unresolved
 from schemas import EvictedChunk, MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, TurnEvent
 from schemas.memory import Question, QuestionState
-from services.textutil import content_hash
+from services.core.textutil import content_hash
 from tests.factories import turn_event
 
 

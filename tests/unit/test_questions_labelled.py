@@ -21,7 +21,7 @@ import pytest
 from agents import questions
 from agents.questions import question_candidates
 from schemas import EvictedChunk
-from services.textutil import stable_id
+from services.core.textutil import stable_id
 from tests.bench.questions import evaluate, load
 from tests.factories import turn_event
 from tests.pathological import fill, pathological_turns

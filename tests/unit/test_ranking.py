@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.api.ranking import Candidate, Weights, access, pack, prompt_block, rank, recency
-from services.textutil import count_tokens
+from services.core.textutil import count_tokens
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

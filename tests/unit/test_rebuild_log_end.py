@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.rebuild.log_end import EndDetector, Position, covered
+from services.kafka.log_end import EndDetector, Position, covered
 
 
 class Clock:

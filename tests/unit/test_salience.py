@@ -21,7 +21,7 @@ from agents.summarizer.salience import (
     sentence_bucket,
 )
 from schemas import TurnEvent
-from services.textutil import STOPWORDS
+from services.core.textutil import STOPWORDS
 from tests.factories import turn_event
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ def test_committed_json_schemas_match_the_models() -> None:
 
 
 def candidate_json() -> dict[str, object]:
-    from services.textutil import stable_id
+    from services.core.textutil import stable_id
 
     return {
         "candidate_id": stable_id("x"),
@@ -29,7 +29,7 @@ def test_memory_ids_must_be_uuids() -> None:
     from pydantic import ValidationError
 
     from schemas import MemoryCandidate
-    from services.textutil import stable_id
+    from services.core.textutil import stable_id
 
     good = candidate_json()
     assert MemoryCandidate.model_validate(good).candidate_id == stable_id("x")
@@ -39,7 +39,7 @@ def test_memory_ids_must_be_uuids() -> None:
 
 def test_topic_names_in_code_are_the_ones_topics_yaml_declares() -> None:
     from ops.topics import load_specs
-    from services import topics
+    from services.core import topics
     from tests.stack import ROOT
 
     declared = {spec.name for spec in load_specs(ROOT / "topics.yaml")}

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agents.stages import STAGE_NAMES, UnknownStage, group_id, parse_stages, place_timers, without
 from services.cli import build_parser
-from services.config import Settings
+from services.core.config import Settings
+from services.core.stages import STAGE_NAMES, UnknownStage, group_id, parse_stages, place_timers, without
 
 
 def test_stages_come_back_in_pipeline_order_each_once() -> None:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.archive.codec import new_data_key
-from services.textutil import id_input, keyed_id, stable_id
+from services.core.textutil import id_input, keyed_id, stable_id
 
 LEGACY_NAMESPACE = uuid.UUID("6f0d5a52-7b5e-4d0e-9a53-2f1f6c7e0b11")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import psycopg
 
-from services.errors import StoreError, StoreRejected, StoreUnavailable
+from services.core.errors import StoreError, StoreRejected, StoreUnavailable
 
 # 08 connection, 40 rollback (deadlock, serialization), 53 resources,
 # 57 operator intervention, 58 system error, XX internal.

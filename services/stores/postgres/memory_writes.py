@@ -9,7 +9,7 @@ import numpy as np
 from psycopg.types.json import Jsonb
 
 from schemas import MemoryRecord, MemoryType
-from services.errors import StoreRejected
+from services.core.errors import StoreRejected
 from services.stores.postgres.pool import Conn
 from services.stores.postgres.records import RECORD_COLUMNS as _RECORD_COLUMNS
 from services.stores.postgres.records import record_from_row, vector_floats

@@ -12,7 +12,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from services import metrics
+from services.core import metrics
 from services.stores.postgres.errors import classify
 
 Conn = AsyncConnection[dict[str, Any]]

@@ -29,8 +29,8 @@ from datetime import datetime
 from typing import Any
 
 from schemas import TurnEvent
+from services.core.textutil import stable_id
 from services.stores.postgres.pool import PgPool
-from services.textutil import stable_id
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from schemas import SessionEvent, TurnEvent, chat_event_adapter
 from schemas.validation import METADATA_MAX_BYTES
-from services.errors import InvalidEvent
+from services.core.errors import InvalidEvent
 
 # Every reason parse_chat_event can give, for metrics declared up front.
 REASONS = ("invalid_json", "oversized", "schema_violation", "unknown_tenant")

@@ -62,7 +62,7 @@ HTTP_REQUESTS = Counter("memstream_http_requests_total", "HTTP requests by route
 
 MEMORIES = Gauge("memstream_memories", "Memories stored, by type and status", ["type", "status"])
 
-# Generations (services/generations.py): few by nature, so a name is a fair label.
+# Generations (services/core/generations.py): few by nature, so a name is a fair label.
 GENERATION_SERVING = Gauge(
     "memstream_generation_serving",
     "1 for the generation the read service answers from, 0 for the others",

@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.config import Settings
-from services.kafka_auth import aiokafka_kwargs
+from services.core.config import Settings
+from services.core.kafka_auth import aiokafka_kwargs
 
 
 @dataclass(frozen=True)

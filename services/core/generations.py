@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from services import topics as names
-from services.config import Settings
+from services.core import topics as names
+from services.core.config import Settings
 
 if TYPE_CHECKING:
     from services.stores.postgres.pool import Conn
@@ -62,7 +62,7 @@ DERIVED_TABLES = (
 )
 # Shared tables that name users; a test holds DERIVED_TABLES + SHARED_TABLES to every table the migrations make.
 SHARED_TABLES = ("api_keys", "user_keys", "generations", "schema_migrations")
-# Roles whose topic a generation has to itself (services/topics.py names the roles).
+# Roles whose topic a generation has to itself (services/core/topics.py names the roles).
 # Not `turns`: a generation reads memory.archive (agents/window/archived.py) and writes no turns.
 OWN_TOPIC_ROLES = ("evicted", "candidates", "embedded", "changes")
 REGISTRY_LOCK = 7_351_010

@@ -13,7 +13,7 @@ import os
 import signal
 from collections import Counter
 
-from services.config import Settings
+from services.core.config import Settings
 
 log = logging.getLogger(__name__)
 _passes: Counter[str] = Counter()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import faust
 
-    from services.config import Settings
+    from services.core.config import Settings
 
 SECURITY_PROTOCOL = "SASL_PLAINTEXT"
 

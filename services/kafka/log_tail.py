@@ -2,7 +2,7 @@
 
 No consumer group: partitions are assigned by hand and nothing is committed,
 so a follower never disturbs the stages' groups and any number can run.
-(Reading from the beginning to the end and stopping is services/rebuild/log_end.py.)
+(Reading from the beginning to the end and stopping is services/kafka/log_end.py.)
 
 "From its end" on the embedded broker: tansu's ListOffsets "latest" answers
 the first offset of a recent batch plus one, short of the end (README, the
@@ -18,9 +18,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from services.config import Settings
-from services.kafka_auth import aiokafka_kwargs
-from services.rebuild.log_end import Message
+from services.core.config import Settings
+from services.core.kafka_auth import aiokafka_kwargs
+from services.kafka.log_end import Message
 
 
 async def pin_to_log_end(consumer: Any, within: float = 30.0) -> None:

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     # Recall's query vectors kept by exact text (services/embedding/query_cache.py); ~1.5 KB each with MiniLM.
     query_cache_size: int = Field(10_000, ge=0)
     # The garbage collector's youngest-generation threshold in the worker and read-service processes
-    # (Python's default is 700; services/runner.py says why it is higher).
+    # (Python's default is 700; services/process/runner.py says why it is higher).
     gc_young_threshold: int = Field(20_000, ge=700)
     # How long a thread waits, at most, for the GIL a busy thread holds (Python's default is 5 ms).
     gil_switch_interval_ms: float = Field(1.0, gt=0, le=100)
@@ -195,7 +195,7 @@ class Settings(BaseSettings):
     # (also librdkafka's message timeout there); keep it below http_request_timeout.
     ingest_ack_timeout: float = 1.5
 
-    # --- Kafka and Postgres credentials (services/kafka_auth.py, services/pgpass.py) ---
+    # --- Kafka and Postgres credentials (services/core/kafka_auth.py, services/core/pgpass.py) ---
     # Setting the mechanism makes every Kafka client memstream creates (Faust app, aiokafka, confluent-kafka)
     # authenticate with SASL over plaintext, and makes `memstream up` require it of every client (ops/kafka_gate.py).
     kafka_sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] | None = None
@@ -219,7 +219,7 @@ class Settings(BaseSettings):
         Only a DSN naming no password of its own, and only once data_dir/pgpass
         exists; the DSN then names the file, never the secret, so it is safe to log.
         """
-        from services.pgpass import with_passfile
+        from services.core.pgpass import with_passfile
 
         return with_passfile(dsn, Path(info.data.get("data_dir", Path(".memstream"))))
 
@@ -245,7 +245,7 @@ class Settings(BaseSettings):
     # ... and gives up (StoreUnavailable) when no record arrives this long before it reached those offsets.
     archive_stall_seconds: float = 60.0
 
-    # --- stages that scale apart (agents/stages.py, ops/embedded.py) ---
+    # --- stages that scale apart (services/core/stages.py, ops/embedded.py) ---
     # Worker processes `memstream up` runs. 1: one process runs every stage and the read service.
     # N > 1: the read service with the index stage (the Qdrant Edge shard's one owner) in one process,
     # and N processes running every other stage, each stage one consumer group shared by the N.
@@ -257,9 +257,9 @@ class Settings(BaseSettings):
     # ops/s3store.py, kept across restarts. memory: gone when the broker stops (topics declared again at start).
     kafka_storage: Literal["s3", "memory"] = "s3"
 
-    # --- generations (services/generations.py, services/cli_rebuild.py) ---
+    # --- generations (services/core/generations.py, services/cli_rebuild.py) ---
     # The generation this process runs in (its schema, topics, consumer groups and index); unset = the default
-    # generation, today's names. `main()` derives the rest from it (services.generations.scoped).
+    # generation, today's names. `main()` derives the rest from it (services.core.generations.scoped).
     generation: str | None = None
     # The Qdrant Edge shard directory; unset = data_dir/qdrant. A generation's processes get their own.
     qdrant_dir: Path | None = None
@@ -269,7 +269,7 @@ class Settings(BaseSettings):
     # until its chat events are through, so a user's delete or correction meets the memory it names.
     hold_commands: bool = False
 
-    # Fault tests only: {"window.after_commit": 5} kills the process there (services/faults.py).
+    # Fault tests only: {"window.after_commit": 5} kills the process there (services/core/faults.py).
     crash_points: dict[str, int] = {}
 
     gauge_refresh_seconds: float = 15.0

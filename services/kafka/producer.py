@@ -28,8 +28,8 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from schemas import SessionEvent, TurnEvent, dumps, partition_key
-from services import topics
-from services.errors import MemstreamError
+from services.core import topics
+from services.core.errors import MemstreamError
 
 log = logging.getLogger(__name__)
 

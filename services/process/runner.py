@@ -21,10 +21,10 @@ import uvloop
 from prometheus_client import start_http_server
 
 from agents.app import build_apps
-from agents.stages import INDEX_STAGE, STAGE_NAMES
 from services.api.server import server_config
 from services.api.serving import read_service
-from services.config import Settings
+from services.core.config import Settings
+from services.core.stages import INDEX_STAGE, STAGE_NAMES
 from services.runtime import Runtime
 
 log = logging.getLogger(__name__)

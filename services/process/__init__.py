@@ -1,0 +1,1 @@
+"""Running processes: the worker and read-service runner the CLI starts."""
