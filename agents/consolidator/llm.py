@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from agents.dlq import DeadLetters
 from schemas import EmbeddedCandidate, MemoryRecord, MemoryType, codec
+from services.core.metrics import LLM as llm_metrics
 from services.core.textutil import content_hash
 from services.llm import Action as LlmAction
 from services.llm import LlmClient, Ok, decide
-from services.llm import metrics as llm_metrics
 from services.runtime import Runtime
 from services.stores.postgres.memory_writes import Nearby, Probe
 

@@ -17,9 +17,9 @@ from dataclasses import replace
 
 from agents.maintenance.logic import Effect, covered
 from schemas import ChangeOp, MemoryRecord, MemoryType, codec, partition_key
+from services.core.metrics import LLM as llm_metrics
 from services.core.textutil import content_hash
 from services.llm import LlmClient, Ok, synthesize
-from services.llm import metrics as llm_metrics
 
 OPERATION = "synthesize"
 LLM_INVALID_OUTPUT = "llm_invalid_output"

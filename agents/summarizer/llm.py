@@ -24,8 +24,8 @@ from agents.summarizer.candidates import EXTRACTOR, LLM_EXTRACTOR, candidate_for
 from agents.summarizer.extractive import Episode
 from schemas import EvictedChunk, MemoryCandidate
 from services.core import metrics
+from services.core.metrics import LLM as llm_metrics
 from services.llm import LlmClient, Ok, Outcome, extract_facts, fact_candidates, summarize_episode
-from services.llm import metrics as llm_metrics
 from services.stores.postgres.summaries import ChunkMark, SummaryStore, basis_for
 
 LLM_INVALID_OUTPUT = "llm_invalid_output"

@@ -26,25 +26,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from prometheus_client import Counter
-
 from schemas import dumps
 from schemas.commands import AccessCommand
 from services.core import topics
 from services.core.config import Settings
 from services.core.kafka_auth import aiokafka_kwargs
+from services.core.metrics import ACCESS_MARKS
 from services.core.textutil import stable_id
 
 log = logging.getLogger(__name__)
 
 MAX_IDS = 100  # AccessCommand's limit; top_k is capped at 100 too
-ACCESS_MARKS = Counter(
-    "memstream_access_marks_total",
-    "Access marks from recall (one per memory per window), by outcome (sent, dropped)",
-    ["outcome"],
-)
-for _outcome in ("sent", "dropped"):
-    ACCESS_MARKS.labels(outcome=_outcome)
 
 Owner = tuple[str, str]  # (tenant_id, user_id)
 

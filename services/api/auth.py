@@ -25,7 +25,6 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.routing import APIRoute
-from prometheus_client import Counter
 
 from services.api.jsonbody import is_json
 from services.auth import (
@@ -41,6 +40,7 @@ from services.auth import (
 )
 from services.auth.policy import TENANT_FIELD
 from services.core.config import Settings
+from services.core.metrics import AUTH_DECISIONS
 from services.stores.postgres import PgPool
 
 log = logging.getLogger(__name__)
@@ -53,14 +53,6 @@ MISSING_KEY = "missing API key: send `Authorization: Bearer <key>` (memstream ke
 INVALID_KEY = "invalid or revoked API key"
 OTHER_TENANT = "this API key does not give access to the tenant named in the request"
 OPERATOR_NEEDS_TENANT = "tenant_id is required with an operator key"
-
-AUTH_DECISIONS = Counter(
-    "memstream_auth_decisions_total",
-    "Requests to /v1 by authentication outcome (allowed, unauthenticated, forbidden)",
-    ["outcome"],
-)
-for _outcome in ("allowed", "unauthenticated", "forbidden"):
-    AUTH_DECISIONS.labels(outcome=_outcome)
 
 
 class AuthGate:

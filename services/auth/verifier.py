@@ -21,18 +21,11 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from prometheus_client import Counter
-
 from services.auth.keys import Principal, key_hash, looks_like_key
 from services.auth.store import KeyStore
+from services.core.metrics import KEY_LOOKUPS
 
 log = logging.getLogger(__name__)
-
-KEY_LOOKUPS = Counter(
-    "memstream_auth_key_lookups_total", "API key checks by where the answer came from (cache, postgres)", ["source"]
-)
-for _source in ("cache", "postgres"):
-    KEY_LOOKUPS.labels(source=_source)
 
 
 class KeyVerifier:

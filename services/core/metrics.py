@@ -1,7 +1,8 @@
 """Every Prometheus metric memstream exports, in one place.
 
 Labels are low-cardinality by rule: stage, topic, reason, operation, kind —
-never a tenant or user id.
+never a tenant or user id. Keeping them together keeps that rule checkable in
+one file, and keeps one registry name from being claimed twice.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from prometheus_client import Counter, Gauge, Histogram
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _FRESHNESS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
 EVENTS_IN = Counter("memstream_stage_events_in_total", "Events a stage consumed", ["stage"])
 EVENTS_OUT = Counter("memstream_stage_events_out_total", "Events a stage produced", ["stage", "topic"])
@@ -87,6 +89,83 @@ ARCHIVE_SKIPPED = Counter(
     "Archived events a generation's window left out (reason forgotten: the user's data key is gone)",
     ["reason"],
 )
+
+# API key checks (services/auth/verifier.py): a falling cache share means Postgres answers most requests.
+KEY_LOOKUPS = Counter(
+    "memstream_auth_key_lookups_total", "API key checks by where the answer came from (cache, postgres)", ["source"]
+)
+for _source in ("cache", "postgres"):
+    KEY_LOOKUPS.labels(source=_source)
+
+# Access marks the read service sends from recalls (services/api/access.py).
+ACCESS_MARKS = Counter(
+    "memstream_access_marks_total",
+    "Access marks from recall (one per memory per window), by outcome (sent, dropped)",
+    ["outcome"],
+)
+for _outcome in ("sent", "dropped"):
+    ACCESS_MARKS.labels(outcome=_outcome)
+
+# The read service's key gate (services/api/auth.py).
+AUTH_DECISIONS = Counter(
+    "memstream_auth_decisions_total",
+    "Requests to /v1 by authentication outcome (allowed, unauthenticated, forbidden)",
+    ["outcome"],
+)
+for _outcome in ("allowed", "unauthenticated", "forbidden"):
+    AUTH_DECISIONS.labels(outcome=_outcome)
+
+# Recall query embeddings (services/embedding/query_cache.py).
+QUERY_CACHE = Counter(
+    "memstream_query_embedding_lookups_total",
+    "Recall query embeddings by outcome: hit (cached), miss (sent to the model), joined (waited on a miss in flight)",
+    ["result"],
+)
+for _result in ("hit", "miss", "joined"):
+    QUERY_CACHE.labels(result=_result)
+QUERY_BATCHES = Counter("memstream_query_embedding_batches_total", "Model calls made for recall query misses")
+
+
+class LLM:
+    """The optional LLM path's metrics (services/llm), grouped so its callers read `LLM.OUTCOMES` and the like.
+
+    `operation` is one of the few fixed operation names (extract_facts, decide,
+    summarize_episode, synthesize, embed); `result` is an `Outcome` label, so a
+    falling success rate or a growing fallback share is visible per operation.
+    """
+
+    RESULTS = (
+        "ok",
+        "repaired",
+        "invalid_output",
+        "timeout",
+        "rate_limited",
+        "server_error",
+        "unavailable",
+        "client_error",
+    )
+
+    LATENCY = Histogram(
+        "memstream_llm_request_seconds",
+        "One HTTP request to the LLM or embeddings endpoint, retries counted separately",
+        ["operation"],
+        buckets=_LLM_BUCKETS,
+    )
+    TOKENS = Counter("memstream_llm_tokens_total", "Tokens the endpoint reported as used", ["operation", "kind"])
+    OUTCOMES = Counter(
+        "memstream_llm_outcomes_total", "Final result of one LLM operation call", ["operation", "result"]
+    )
+    RETRIES = Counter(
+        "memstream_llm_retries_total", "Requests retried after a transient failure", ["operation", "cause"]
+    )
+
+    @classmethod
+    def declare(cls, operation: str) -> None:
+        """Zero series up front, so a fallback rate that never fired reads 0, not "no data"."""
+        for result in cls.RESULTS:
+            cls.OUTCOMES.labels(operation=operation, result=result)
+        for kind in ("prompt", "completion"):
+            cls.TOKENS.labels(operation=operation, kind=kind)
 
 
 def set_generations(serving: dict[str, bool], lags: dict[str, int | None]) -> None:

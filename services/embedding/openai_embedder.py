@@ -21,8 +21,8 @@ import openai
 
 from services.core import metrics
 from services.core.errors import ConfigError, StoreError, StoreRejected, StoreUnavailable
+from services.core.metrics import LLM as llm_metrics
 from services.embedding.embedder import Vector
-from services.llm import metrics as llm_metrics
 
 OPERATION = "embed"
 # Statuses that blame the text, not the set-up.

@@ -29,18 +29,9 @@ from collections import OrderedDict
 
 import numpy as np
 import numpy.typing as npt
-from prometheus_client import Counter
 
+from services.core.metrics import QUERY_BATCHES, QUERY_CACHE
 from services.embedding.embedder import CachedEmbedder, Embedder, Vector
-
-QUERY_CACHE = Counter(
-    "memstream_query_embedding_lookups_total",
-    "Recall query embeddings by outcome: hit (cached), miss (sent to the model), joined (waited on a miss in flight)",
-    ["result"],
-)
-for _result in ("hit", "miss", "joined"):
-    QUERY_CACHE.labels(result=_result)
-QUERY_BATCHES = Counter("memstream_query_embedding_batches_total", "Model calls made for recall query misses")
 
 
 def _retrieve(future: asyncio.Future[Vector]) -> None:

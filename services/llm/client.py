@@ -26,7 +26,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from pydantic import BaseModel, ValidationError
 
 from services.core.config import Settings
-from services.llm import metrics
+from services.core.metrics import LLM as metrics
 
 log = logging.getLogger(__name__)
 

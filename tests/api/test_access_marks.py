@@ -14,7 +14,8 @@ from typing import Any
 import orjson
 
 from schemas.commands import AccessCommand
-from services.api.access import ACCESS_MARKS, AccessMarks, Seen, access_commands
+from services.api.access import AccessMarks, Seen, access_commands
+from services.core.metrics import ACCESS_MARKS
 from services.core.textutil import stable_id
 
 AT = datetime(2026, 6, 1, tzinfo=UTC)

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from services.embedding.query_cache import QUERY_CACHE
+from services.core.metrics import QUERY_CACHE
 from tests.api.conftest import LiveApi
 from tests.api.test_recall_layers import _seed
 

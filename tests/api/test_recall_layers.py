@@ -16,7 +16,7 @@ import pytest
 
 from agents.qdrant_sink.agent import apply_changes
 from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
-from services.api.access import ACCESS_MARKS
+from services.core.metrics import ACCESS_MARKS
 from services.core.textutil import content_hash, stable_id
 from tests.api.conftest import LiveApi
 

@@ -13,9 +13,9 @@ import pytest
 from services.auth import KeyStore, KeyVerifier, Principal, Role, load_secret
 from services.auth.bootstrap import KeyFileState, api_key_path, ensure_operator_key
 from services.auth.keys import key_hash, new_key
-from services.auth.verifier import KEY_LOOKUPS
 from services.core.config import Settings
 from services.core.errors import StoreRejected
+from services.core.metrics import KEY_LOOKUPS
 from services.stores.postgres import PgPool
 from tests.pg import PgServer
 

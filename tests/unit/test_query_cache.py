@@ -9,8 +9,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from services.core.metrics import QUERY_CACHE
 from services.embedding import CachedEmbedder, MiniLmEmbedder
-from services.embedding.query_cache import QUERY_CACHE, QueryEmbeddings, for_model
+from services.embedding.query_cache import QueryEmbeddings, for_model
 
 
 class Gated:
