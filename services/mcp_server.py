@@ -232,7 +232,7 @@ def build_server(settings: Settings) -> MCPServer:
             raise ToolError("no API key: set MEMSTREAM_API_KEY (memstream keys create) or run `memstream up` here")
         raise ToolError("no API key: send `Authorization: Bearer <memstream API key>` to this MCP endpoint")
 
-    # Logging is the CLI's (services/cli.py main, on stderr: stdout is the protocol).
+    # Logging is the CLI's (services/cli/app.py main, on stderr: stdout is the protocol).
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS + ("" if scope.any_user else BOUND_INSTRUCTIONS))
 
     def tool(description: str) -> Callable[[Tool], Tool]:

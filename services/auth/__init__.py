@@ -7,7 +7,7 @@
 - `verifier`: the cached check of a presented key, last-used times written in the background;
 - `bootstrap`: the operator key `memstream up` writes to data_dir/api-key.
 
-The HTTP side is `services/api/auth.py`; the CLI is `services/cli_keys.py`.
+The HTTP side is `services/api/auth.py`; the CLI is `services/cli/keys.py`.
 """
 
 from services.auth.keys import UNAUTHENTICATED_OPERATOR, Principal, Role

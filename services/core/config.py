@@ -257,7 +257,7 @@ class Settings(BaseSettings):
     # ops/s3store.py, kept across restarts. memory: gone when the broker stops (topics declared again at start).
     kafka_storage: Literal["s3", "memory"] = "s3"
 
-    # --- generations (services/core/generations.py, services/cli_rebuild.py) ---
+    # --- generations (services/core/generations.py, services/cli/rebuild.py) ---
     # The generation this process runs in (its schema, topics, consumer groups and index); unset = the default
     # generation, today's names. `main()` derives the rest from it (services.core.generations.scoped).
     generation: str | None = None

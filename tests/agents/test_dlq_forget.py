@@ -21,7 +21,7 @@ import pytest
 from agents import dlq as dead_letters
 from services.archive import dlq as sealed
 from services.archive.codec import DataKey, RecordRejected
-from services.cli_dlq import entry_line
+from services.cli.dlq import entry_line
 from services.stores.postgres.forget import forget_user
 from tests.agents.test_agents import Harness
 from tests.agents.test_agents import harness as harness  # the fixture

@@ -18,8 +18,8 @@ from schemas.commands import UserForgotten
 from services.archive.changes import seal_change
 from services.archive.codec import MasterKey
 from services.archive.keys import KeyStore
-from services.cli import build_parser
-from services.cli_changes import print_changes, wanted
+from services.cli.app import build_parser
+from services.cli.changes import print_changes, wanted
 from services.core.config import Settings
 from services.core.textutil import stable_id
 from services.kafka.log_end import Message
@@ -69,7 +69,7 @@ def test_the_scope_is_picked_by_the_kafka_key() -> None:
 def test_the_subcommand_is_wired() -> None:
     args = build_parser().parse_args(["changes", "--from-beginning", "--tenant", "acme", "--user", "u1"])
     assert (args.from_beginning, args.follow, args.tenant, args.user) == (True, False, "acme", "u1")
-    assert args.func.__module__ == "services.cli_changes"
+    assert args.func.__module__ == "services.cli.changes"
 
 
 async def test_changes_are_printed_opened_in_scope_and_a_forgotten_users_are_skipped(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from services.cli import build_parser
+from services.cli.app import build_parser
 from services.core.config import Settings
 from services.core.stages import STAGE_NAMES, UnknownStage, group_id, parse_stages, place_timers, without
 

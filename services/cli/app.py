@@ -12,13 +12,13 @@ from pathlib import Path
 
 import httpx
 
-from services.cli_changes import add_parser as add_changes_parser
-from services.cli_dlq import add_parser as add_dlq_parser
-from services.cli_kafka_users import add_parser as add_kafka_users_parser
-from services.cli_keys import add_parser as add_keys_parser
-from services.cli_mcp import add_parser as add_mcp_parser
-from services.cli_memories import add_parser as add_memories_parser
-from services.cli_rebuild import add_parser as add_rebuild_parser
+from services.cli.changes import add_parser as add_changes_parser
+from services.cli.dlq import add_parser as add_dlq_parser
+from services.cli.kafka_users import add_parser as add_kafka_users_parser
+from services.cli.keys import add_parser as add_keys_parser
+from services.cli.mcp import add_parser as add_mcp_parser
+from services.cli.memories import add_parser as add_memories_parser
+from services.cli.rebuild import add_parser as add_rebuild_parser
 from services.core.config import Settings
 
 
@@ -185,7 +185,3 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     code: int = args.func(settings, args)
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
