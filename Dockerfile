@@ -12,3 +12,10 @@ COPY schemas ./schemas
 COPY services ./services
 COPY ops ./ops
 RUN pip install --no-cache-dir --no-deps .
+# Run unprivileged. Everything memstream writes (Faust's state, generated keys when none are given) goes under
+# its data directory, .memstream/ relative to /app, so that is the one directory the user owns.
+RUN groupadd --system --gid 10001 memstream \
+    && useradd --system --no-log-init --create-home --uid 10001 --gid 10001 memstream \
+    && mkdir /app/.memstream && chown 10001:10001 /app/.memstream
+# Numeric, so the host and Kubernetes' runAsNonRoot can tell it is not root without the image's /etc/passwd.
+USER 10001:10001
