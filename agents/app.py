@@ -1,7 +1,7 @@
 """The Faust apps: one per stage, each its own consumer group, built from settings.
 
 Faust takes the consumer group from the app id, for every agent of an app;
-it has no per-agent group (robinhood/faust#630 asks for one; the answer is
+it has no per-agent group (one group for some agents and not others takes
 one app per group). So each stage is an app of its own, `<app_id>-<stage>`,
 and a process runs the apps of the stages it was given side by side in one
 Faust worker and one event loop, sharing the process's stores and model.

@@ -1,4 +1,4 @@
-"""Generation rebuild rate (issue 10): `memstream rebuild generation` over the archive of the run just made.
+"""Generation rebuild rate: `memstream rebuild generation` over the archive of the run just made.
 
 Run as a user runs it (the CLI, against the live stack, with the stack's
 environment), timed end to end: the worker's start-up, the whole archive

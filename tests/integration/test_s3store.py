@@ -2,8 +2,8 @@
 
 tansu updates its cluster metadata (topics, watermarks, offsets) by
 compare-and-swap on a few objects, and trusts a GET's ETag to name the
-bytes it got. Plain localbucket honours neither (issue 10 measured 15 of 20
-topics created together lost); these tests pin the store's side of it.
+bytes it got. Plain localbucket honours neither (20 topics created together, 15
+of them lost); these tests pin the store's side of it.
 Listings are checked against localbucket's own answers on the same files.
 """
 

@@ -1,4 +1,4 @@
-"""LLM fact extraction in the summarizer (issue 8, LLM path a): facts with the rule path's ids, a rolling
+"""LLM fact extraction in the summarizer (the optional LLM path): facts with the rule path's ids, a rolling
 per-session summary carried from chunk to chunk, a bad answer dead-lettered, and no double fold on redelivery."""
 
 from __future__ import annotations
