@@ -25,7 +25,7 @@ import asyncio
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from services.core.config import Settings
 from services.kafka.log_end import Message
@@ -103,7 +103,7 @@ def _cmd_changes(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     changes = sub.add_parser(
         "changes", help="print memory.changes opened, one JSON change per line (forgotten users' changes skipped)"
     )

@@ -107,7 +107,7 @@ def _cmd_dlq(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dlq = sub.add_parser(
         "dlq", help="print memory.dlq, one JSON entry per line: sealed entries opened, forgotten users' marked"
     )

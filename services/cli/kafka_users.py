@@ -22,7 +22,7 @@ from services.core.config import Settings
 
 
 def _store(settings: Settings) -> Any:
-    from ops.embedded import kafka_users_path
+    from ops.embedded.broker import kafka_users_path
     from ops.scram import UserStore
 
     return UserStore(kafka_users_path(settings))
@@ -75,7 +75,7 @@ def _cmd_remove(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     users = sub.add_parser(
         "kafka-users",
         help="SCRAM users of the embedded Kafka broker (Kafka authentication on: MEMSTREAM_KAFKA_SASL_*)",

@@ -167,7 +167,7 @@ def _cmd_generation_drop(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rebuild = sub.add_parser("rebuild", help="re-create the index, the store or a generation from its source")
     kinds = rebuild.add_subparsers(dest="rebuild_command", required=True)
     kinds.add_parser(
