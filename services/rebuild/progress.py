@@ -1,8 +1,13 @@
-"""A progress bar with rate and ETA on a terminal, plain log lines anywhere else.
+"""A rebuild's progress: a tqdm bar on a terminal, plain log lines anywhere else.
 
-Small on purpose (no dependency): a rebuild reports how far it is, how fast
-it goes and how long is left. The total may be unknown (a topic's end is
-learnt while reading it) or grow; without it the bar shows count and rate.
+A rebuild reports how far it is, how fast it goes and how long is left. The
+total may be unknown (a topic's end is learnt while reading it) or grow;
+without it, or once the count passes it, the line shows count and rate only.
+
+On a terminal tqdm draws and paces the bar. Elsewhere (a pipe, a log file,
+tests and CI capturing stderr) a redrawn bar would be a run of carriage
+returns, so the same figures go out as a log line every few seconds instead,
+formatted by tqdm without the bar.
 """
 
 from __future__ import annotations
@@ -11,51 +16,17 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
+
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 log = logging.getLogger("memstream.rebuild")
 
-BAR_WIDTH = 30
-
-
-def human_count(n: float) -> str:
-    """1234 → 1.2k, 2_500_000 → 2.5M; below 1000 as is."""
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= limit:
-            return f"{n / limit:.1f}{suffix}"
-    return f"{n:.0f}" if float(n).is_integer() else f"{n:.1f}"
-
-
-def duration(seconds: float) -> str:
-    """h:mm:ss, or m:ss under an hour."""
-    whole = max(0, round(seconds))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def render(label: str, done: int, total: int | None, elapsed: float, unit: str, width: int = BAR_WIDTH) -> str:
-    """One line: label, bar and percentage (when the total is known), count, rate, elapsed and ETA."""
-    rate = done / elapsed if elapsed > 0 else 0.0
-    parts = [label]
-    if total:
-        share = min(done / total, 1.0)
-        filled = int(share * width)
-        parts.append("[" + "#" * filled + "." * (width - filled) + f"] {share * 100:5.1f}%")
-        parts.append(f"{human_count(done)}/{human_count(total)} {unit}")
-    else:
-        parts.append(f"{human_count(done)} {unit}")
-    parts.append(f"{human_count(rate)} {unit}/s")
-    parts.append(f"elapsed {duration(elapsed)}")
-    if total and rate > 0 and done < total:
-        parts.append(f"ETA {duration((total - done) / rate)}")
-    return "  ".join(parts)
-
 
 class Progress:
-    """Counts work done; redraws the bar (a terminal) or logs a line every `log_every` seconds (not a terminal).
+    """Counts work done; a tqdm bar shows it on a terminal, a log line every `log_every` seconds elsewhere.
 
-    `clock` is injectable so tests can drive time.
+    `total` may be set or replaced at any time. `clock` is injectable so tests can drive the log lines' time.
     """
 
     def __init__(
@@ -70,16 +41,48 @@ class Progress:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.label = label
-        self.total = total
         self.unit = unit
         self.done = 0
-        self._stream = stream if stream is not None else sys.stderr
-        self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
-        self._every = redraw_every if self._tty else log_every
+        self._total = total
         self._clock = clock
         self._started = clock()
-        self._last_shown = self._started
-        self._width = 0
+        self._last_logged = self._started
+        self._log_every = log_every
+        stream = stream if stream is not None else sys.stderr
+        self._terminal = stream if stream.isatty() else None
+        self._redraw_every = redraw_every
+        self._bar: Any = None
+
+    @property
+    def total(self) -> int | None:
+        return self._total
+
+    @total.setter
+    def total(self, value: int | None) -> None:
+        self._total = value
+        if self._bar is not None:
+            self._bar.total = value
+
+    def _shown(self) -> Any:
+        """The terminal's bar, made at the first progress or the finish, not before.
+
+        A command that fails before its work starts (say, the stack is running) then prints its error alone,
+        not after a bar of nothing.
+        """
+        if self._bar is None:
+            # miniters=1: redraw by time only; smoothing=0: the rate is the average so far, as in the log lines.
+            self._bar = tqdm(
+                desc=self.label,
+                total=self._total,
+                unit=f" {self.unit}",
+                unit_scale=True,
+                file=self._terminal,
+                mininterval=self._redraw_every,
+                miniters=1,
+                smoothing=0,
+                dynamic_ncols=True,
+            )
+        return self._bar
 
     @property
     def elapsed(self) -> float:
@@ -92,33 +95,28 @@ class Progress:
         return self.done / elapsed if elapsed > 0 else 0.0
 
     def line(self) -> str:
-        return render(self.label, self.done, self.total, self.elapsed, self.unit)
+        """Label, share of the total (when known), count/total, elapsed<remaining and rate, on one line."""
+        text: str = tqdm.format_meter(
+            self.done, self.total, self.elapsed, ncols=0, prefix=self.label, unit=f" {self.unit}", unit_scale=True
+        )
+        return text
 
     def advance(self, n: int = 1, *, total: int | None = None) -> None:
         """Add `n` done; `total` replaces the total when it became known or grew."""
-        self.done += n
         if total is not None:
             self.total = total
-        if self._clock() - self._last_shown >= self._every:
-            self._show()
-
-    def _show(self) -> None:
-        self._last_shown = self._clock()
-        text = self.line()
-        if self._tty:
-            # Pad over a longer previous line; no newline, so the bar redraws in place.
-            self._stream.write("\r" + text.ljust(self._width))
-            self._width = len(text)
-            self._stream.flush()
-        else:
-            log.info("%s", text)
+        self.done += n
+        if self._terminal is not None:
+            self._shown().update(n)  # a bar made now starts at 0, as `done` did
+        elif self._clock() - self._last_logged >= self._log_every:
+            self._last_logged = self._clock()
+            log.info("%s", self.line())
 
     def finish(self) -> str:
         """The final line, shown once whatever the timing; returned for the caller's summary."""
         text = self.line()
-        if self._tty:
-            self._stream.write("\r" + text.ljust(self._width) + "\n")
-            self._stream.flush()
+        if self._terminal is not None:
+            self._shown().close()  # draws the final state and leaves it on its own line
         else:
             log.info("%s (done)", text)
         return text
