@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 import faust
 
 from agents.consolidator import llm
-from agents.consolidator.apply import BatchContext, apply_candidate
+from agents.consolidator.apply.candidate import apply_candidate
+from agents.consolidator.apply.context import BatchContext
 from agents.consolidator.decide import Action
 from agents.consolidator.questions import resolve_questions
 from agents.dlq import DeadLetters

@@ -14,7 +14,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
-from agents.maintenance.logic import Effect, Rules, plan_user
+from agents.maintenance.rules.config import Rules
+from agents.maintenance.rules.plan import Effect, plan_user
 from agents.maintenance.synthesis import Synthesis, new_topics, with_texts, worded
 from schemas import MemoryChange, partition_key
 from services.archive.changes import Message, seal_changes

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
-from agents.maintenance.logic import Effect, covered
+from agents.maintenance.rules.plan import Effect
+from agents.maintenance.rules.synthesized import covered
 from schemas import ChangeOp, MemoryRecord, MemoryType, codec, partition_key
 from services.core.metrics import LLM as llm_metrics
 from services.core.textutil import content_hash

@@ -46,8 +46,10 @@ from datetime import UTC, datetime, timedelta
 from itertools import combinations
 from pathlib import Path
 
-from agents.consolidator.apply import new_record
-from agents.maintenance.logic import Rules, covered, plan_user
+from agents.consolidator.apply.records import new_record
+from agents.maintenance.rules.config import Rules
+from agents.maintenance.rules.plan import plan_user
+from agents.maintenance.rules.synthesized import covered
 from agents.summarizer.candidates import EXTRACTOR, candidate_for
 from agents.summarizer.extractive import summarize
 from agents.summarizer.salience import DOCUMENTS, Salience, assistant_documents

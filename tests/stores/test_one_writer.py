@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from agents.consolidator.agent import consolidate
-from agents.maintenance.logic import Rules
+from agents.maintenance.rules.config import Rules
 from agents.maintenance.run import maintain_user
 from schemas import EmbeddedCandidate, MemoryCandidate, MemoryChange, MemoryStatus, MemoryType, Provenance
 from services.archive.changes import open_changes

@@ -12,7 +12,8 @@ import numpy as np
 import orjson
 import pytest
 
-from agents.consolidator.apply import BatchContext, apply_candidate
+from agents.consolidator.apply.candidate import apply_candidate
+from agents.consolidator.apply.context import BatchContext
 from schemas import EmbeddedCandidate, MemoryCandidate, MemoryChange, MemoryType, Provenance, dumps
 from schemas.commands import UserForgotten
 from services.archive.changes import seal_changes

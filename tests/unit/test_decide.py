@@ -84,7 +84,7 @@ def test_value_stated_again_after_supersession_gets_a_new_id() -> None:
 
 
 def test_provenance_metadata_keeps_the_newest_entries_that_fit() -> None:
-    from agents.consolidator.apply import MAX_METADATA_BYTES, recent_metadata
+    from agents.consolidator.apply.records import MAX_METADATA_BYTES, recent_metadata
 
     big = [{"i": i, "blob": "x" * 10_000} for i in range(60)]
     kept = recent_metadata(big)
@@ -186,7 +186,7 @@ def test_specificity_counts_entities_numbers_and_content_words() -> None:
 
 
 def test_merge_records_keep_one_active_survivor_with_both_sources() -> None:
-    from agents.consolidator.apply import merge_records
+    from agents.consolidator.apply.records import merge_records
     from agents.consolidator.decide import Decision
     from schemas import EmbeddedCandidate
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agents.consolidator import command_plan as plan
-from agents.consolidator.apply import merge_records, reinforced, resumed
+from agents.consolidator.apply.records import merge_records, reinforced, resumed
 from agents.consolidator.decide import Action, Decision, Neighbours, decide
 from agents.consolidator.merge import candidate_wins
 from schemas import EmbeddedCandidate, MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType

@@ -14,24 +14,16 @@ from faust.types import TP
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.consolidator.apply import MAX_SOURCES
+from agents.consolidator.apply.records import MAX_SOURCES
 from agents.maintenance.idle import idle_session_end
-from agents.maintenance.logic import (
-    Effect,
-    Rules,
-    clusters,
-    common_theme,
-    covered,
-    decay,
-    defer,
-    last_seen,
-    link_threshold,
-    mean_vector,
-    plan_user,
-    prune,
-    topics,
-    union_provenance,
-)
+from agents.maintenance.rules.common import mean_vector
+from agents.maintenance.rules.config import Rules
+from agents.maintenance.rules.decay import decay, last_seen, prune
+from agents.maintenance.rules.patterns import clusters, common_theme, link_threshold
+from agents.maintenance.rules.plan import Effect, plan_user
+from agents.maintenance.rules.questions import defer
+from agents.maintenance.rules.synthesized import covered, union_provenance
+from agents.maintenance.rules.topics import topics
 from agents.maintenance.timers import is_leader, leader_topic
 from schemas import ChangeOp, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from schemas.memory import Question, QuestionState

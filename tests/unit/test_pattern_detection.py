@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.maintenance.logic import Rules
+from agents.maintenance.rules.config import Rules
 from services.core.config import Settings
 from tests.bench.patterns import UserEpisodes, evaluate, found_patterns, labelled_episodes
 

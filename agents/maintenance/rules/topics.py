@@ -1,0 +1,141 @@
+"""Semantic topics: a term several sessions' episodes share becomes one `semantic` memory, versioned as it grows.
+
+A topic term is a content word of an episode's `category` that is not a
+name (`names`: who, not what). A term qualifies with enough recent episodes
+from enough sessions (`supported`); qualifying terms are ranked, overlapping
+ones fold into the better-ranked topic, and at most `semantic_max_topics`
+are kept (`topics`). A topic's memory gets a new version only when an
+episode it does not already cover joins (`semantic_of`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from agents.maintenance.rules.common import SNIPPET_CHARS, mean_vector, ordered_terms, span, terms_of
+from agents.maintenance.rules.config import Rules
+from agents.maintenance.rules.state import Plan, active_episodes
+from agents.maintenance.rules.synthesized import covered, synthesized
+from schemas import MemoryRecord, MemoryStatus, MemoryType
+from services.core.textutil import stable_id
+
+SEMANTIC_MIN_SESSIONS = 2
+NAME_MENTIONS = 2
+
+
+def names(episodes: Iterable[MemoryRecord]) -> set[str]:
+    """Words the episodes give as an entity at least NAME_MENTIONS times, lower-cased: who, not what."""
+    mentions = Counter(e for r in episodes for e in {x.lower() for x in r.entities})
+    return {e for e, n in mentions.items() if n >= NAME_MENTIONS}
+
+
+@dataclass(frozen=True)
+class Topic:
+    """A topic with real support: its best-ranked term (the key), the terms folded into it, its episodes."""
+
+    term: str
+    terms: tuple[str, ...]
+    members: tuple[MemoryRecord, ...]
+
+    @property
+    def ids(self) -> set[str]:
+        return {r.id for r in self.members}
+
+
+def sessions_of(records: Iterable[MemoryRecord]) -> int:
+    return len({r.source.session_id for r in records})
+
+
+def supported(carrying: Sequence[MemoryRecord], rules: Rules) -> list[MemoryRecord] | None:
+    """The episodes within the window of the latest one, sorted by id, if they are support enough."""
+    latest = max(r.observed_at for r in carrying)
+    members = sorted((r for r in carrying if r.observed_at >= latest - rules.semantic_window), key=lambda r: r.id)
+    if len(members) < rules.semantic_min_members or sessions_of(members) < SEMANTIC_MIN_SESSIONS:
+        return None
+    return members
+
+
+def topics(episodes: Sequence[MemoryRecord], rules: Rules) -> list[Topic]:
+    """The user's topics, best supported first: qualifying terms, overlapping ones folded, at most the cap."""
+    by_term: dict[str, list[MemoryRecord]] = {}
+    who = names(episodes)
+    for episode in episodes:
+        for term in terms_of(episode) - who:
+            by_term.setdefault(term, []).append(episode)
+    qualifying = [(term, members) for term, carrying in by_term.items() if (members := supported(carrying, rules))]
+
+    def rank(found: tuple[str, list[MemoryRecord]]) -> tuple[int, int, int, str]:
+        term, members = found  # ties: the term its episodes list first, then the term itself
+        return -sessions_of(members), -len(members), sum(ordered_terms(r).index(term) for r in members), term
+
+    qualifying.sort(key=rank)
+    chosen: list[Topic] = []
+    for term, members in qualifying:
+        ids = {r.id for r in members}
+        for k, topic in enumerate(chosen):
+            if len(ids & topic.ids) >= rules.topic_overlap * len(ids | topic.ids):
+                union = {r.id: r for r in [*topic.members, *members]}
+                chosen[k] = Topic(topic.term, (*topic.terms, term), tuple(sorted(union.values(), key=lambda r: r.id)))
+                break
+        else:
+            if len(chosen) < rules.semantic_max_topics:
+                chosen.append(Topic(term, (term,), tuple(members)))
+    return chosen
+
+
+def semantic_text(terms: Sequence[str], members: Sequence[MemoryRecord]) -> str:
+    latest = max(members, key=lambda r: (r.observed_at, r.id))
+    return (
+        f"Recurring topic: {', '.join(terms)}. Discussed in {sessions_of(members)} sessions ({span(members)}). "
+        f"Most recently: {latest.text[:SNIPPET_CHARS]}"
+    )
+
+
+def semantic_of(
+    topic: Topic, previous: MemoryRecord | None, everything: dict[str, MemoryRecord]
+) -> tuple[list[MemoryRecord], str] | None:
+    """The members of a new version of the topic's memory and its id, or None if nothing new joined.
+
+    A new version covers the previous version's members too, so its
+    provenance is the topic's whole history, not only the latest window.
+    """
+    known = covered(previous) if previous is not None else set()
+    if previous is not None and topic.ids <= known:
+        return None
+    union = {r.id: r for r in topic.members}
+    union.update({i: everything[i] for i in known if i in everything and i not in union})
+    first = topic.members[0]
+    record_id = stable_id(first.tenant_id, first.user_id, MemoryType.SEMANTIC.value, topic.term, *sorted(union))
+    return sorted(union.values(), key=lambda r: r.id), record_id
+
+
+def semantics(plan: Plan, taken: set[str], now: datetime, rules: Rules, inactive: dict[str, MemoryRecord]) -> None:
+    active = plan.active()
+    previous = {r.key_name: r for r in active if r.type is MemoryType.SEMANTIC and r.key_name}
+    everything = {**inactive, **{r.id: r for r in active}}
+    for topic in topics(active_episodes(plan), rules):
+        old = previous.get(topic.term)
+        planned = semantic_of(topic, old, everything)
+        if planned is None or planned[1] in taken:
+            continue
+        union, record_id = planned
+        with_vectors = [v for r in union if (v := plan.vectors.get(r.id)) is not None]
+        if not with_vectors:
+            continue  # nothing to index it by: better absent than active and unfindable
+        text = semantic_text(topic.terms, union)
+        record = synthesized(record_id, MemoryType.SEMANTIC, text, ", ".join(topic.terms), union, now, topic.term)
+        plan.vectors[record.id] = mean_vector(with_vectors)
+        plan.touch(record, "semantic", f"topic '{topic.term}' across {sessions_of(union)} sessions")
+        if old is not None:
+            superseded = plan.current(old.id).model_copy(
+                update={
+                    "status": MemoryStatus.SUPERSEDED,
+                    "superseded_at": now,
+                    "superseded_by": record.id,
+                    "updated_at": now,
+                }
+            )
+            plan.touch(superseded, "semantic_superseded", f"topic '{topic.term}' has a new version {record.id}")
