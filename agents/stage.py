@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from agents.dlq import DeadLetters
 from agents.outage import outlasting
 from schemas import codec
 from services.core import metrics
 from services.core.config import Settings
-from services.core.errors import InvalidEvent, StoreRejected
-from services.core.ingest import describe
+from services.core.errors import InvalidEvent
+from services.kafka import dead_letters
 from services.kafka.producer import acknowledged
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 
 # Reasons a stage itself can give, beyond parsing (declared as zero series).
 HANDLING_REASONS = ("processing_error", "store_rejected")
@@ -53,21 +51,16 @@ async def send_all(topic: Any, stage: str, messages: Sequence[tuple[bytes, bytes
 
 async def parse_or_dlq(events: Sequence[Any], model: type[M], dlq: DeadLetters, stage: str) -> list[tuple[Any, M]]:
     """Valid events with their models; the rest go to the DLQ as schema violations."""
-    parsed: list[tuple[Any, M]] = []
-    for event in events:
-        try:
-            parsed.append((event, codec.loads(model, event.value)))
-        except (ValueError, ValidationError) as exc:
-            await dlq.send(event, stage=stage, reason="schema_violation", error=describe(exc))
-    return parsed
+    return await dead_letters.parse_or_dead_letter(events, model, _sending(dlq, stage))
 
 
-def _dead_letter_reason(exc: Exception) -> str:
-    if isinstance(exc, InvalidEvent):
-        return exc.reason
-    if isinstance(exc, StoreRejected):
-        return "store_rejected"
-    return "processing_error"
+def _sending(dlq: DeadLetters, stage: str) -> dead_letters.DeadLetter[Any]:
+    """`dlq.send` for the stage, as the shared policy (services/kafka/dead_letters.py) calls it."""
+
+    async def dead_letter(event: Any, reason: str, error: str) -> None:
+        await dlq.send(event, stage=stage, reason=reason, error=error)
+
+    return dead_letter
 
 
 async def deliver(
@@ -80,34 +73,19 @@ async def deliver(
 ) -> None:
     """Hand (event, value) pairs to `handle` so that nothing is lost and the stage never stops.
 
-    An outage (agents/outage.py: a store unavailable, or Kafka not taking
-    what the handler produces) is waited out: the same batch is retried,
-    uncommitted, with capped backoff for as long as it lasts. Any other
-    exception means some item is bad: the batch is retried one item at a
-    time and each item that still fails goes to memory.dlq with its reason
-    (InvalidEvent's own, `store_rejected`, or `processing_error`). Handlers
-    are idempotent, so the retried items that had already succeeded do no harm.
+    The policy of services/kafka/dead_letters.py: an outage (agents/outage.py:
+    a store unavailable, or Kafka not taking what the handler produces) is
+    waited out, the same batch retried uncommitted with capped backoff; any
+    other exception sends each item that still fails on its own to memory.dlq
+    with its reason.
     """
-    values = [value for _, value in items]
-    try:
+
+    async def outlast(attempt: Callable[[], Awaitable[None]], failed: int) -> None:
         await outlasting(
-            lambda: handle(values),
-            stage=stage,
-            what="store or broker",
-            first_delay=first_delay,
-            max_delay=max_delay,
-            failed=len(items),
+            attempt, stage=stage, what="store or broker", first_delay=first_delay, max_delay=max_delay, failed=failed
         )
-        return
-    except Exception as exc:
-        metrics.STAGE_ERRORS.labels(stage=stage).inc(len(items))
-        if len(items) > 1:
-            for item in items:
-                await deliver([item], handle, dlq, stage, first_delay, max_delay)
-            return
-        if not isinstance(exc, InvalidEvent):
-            log.exception("%s: poison event sent to the DLQ", stage)
-        await dlq.send(items[0][0], stage=stage, reason=_dead_letter_reason(exc), error=repr(exc))
+
+    await dead_letters.deliver(items, handle, stage=stage, outlast=outlast, dead_letter=_sending(dlq, stage))
 
 
 async def take_batches(stream: Any, size: int, within: float) -> AsyncIterator[list[Any]]:

@@ -1,7 +1,7 @@
 """The recall index from Postgres: every active memory with its stored embedding, as the sink indexes it.
 
 A point is what the qdrant sink would write for the record's latest change
-(agents.qdrant_sink.agent.indexed): the stored embedding as the dense vector,
+(services.stores.index_feed.indexed): the stored embedding as the dense vector,
 the stored context embedding as the dense context vector (exchanges), BM25
 recomputed from the text and the context with the same encoder (the
 settings' k1, b and average lengths), and the sink's own payload. It is also
@@ -39,11 +39,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.qdrant_sink.agent import indexed
 from schemas import MemoryRecord
 from services.core.config import Settings
 from services.rebuild.progress import Progress
 from services.stores import model_suffix
+from services.stores.index_feed import indexed
 from services.stores.postgres import PgPool
 from services.stores.postgres.records import RECORD_COLUMNS, record_from_row, vector_floats
 from services.stores.vector import Bm25Encoder, VectorIndex

@@ -19,7 +19,6 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from agents.dlq import REASON_HEADER
 from agents.topics import Topics
 from schemas import (
     ChangeOp,
@@ -36,6 +35,7 @@ from services.archive.changes import seal_change
 from services.core.config import Settings
 from services.core.textutil import stable_id
 from services.core.topics import BY_ROLE as TOPIC_NAMES
+from services.kafka.dead_letters import REASON_HEADER
 from services.runtime import Runtime
 from services.stores.postgres import migrate
 from services.stores.vector import Scope

@@ -18,7 +18,6 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from agents.qdrant_sink.agent import apply_changes
 from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.api.app import create_app
 from services.api.auth import (
@@ -32,6 +31,7 @@ from services.api.auth import (
 from services.api.health import Readiness
 from services.auth import Role, required_role
 from services.core.textutil import content_hash, stable_id
+from services.stores.index_feed import apply_changes
 from tests.api.conftest import LiveApi, bearer
 
 TENANT, OTHER = "auth-a", "auth-b"

@@ -24,10 +24,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from agents.qdrant_sink.agent import apply_changes
 from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.auth import Role
 from services.core.textutil import content_hash, stable_id
+from services.stores.index_feed import apply_changes
 from tests.api.conftest import LiveApi
 from tests.mcp_client import ROOT, TOOLS, server_env, stdio, structured, text
 

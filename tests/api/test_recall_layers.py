@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from agents.qdrant_sink.agent import apply_changes
 from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.core.metrics import ACCESS_MARKS
 from services.core.textutil import content_hash, stable_id
+from services.stores.index_feed import apply_changes
 from tests.api.conftest import LiveApi
 
 NOW = datetime.now(UTC)

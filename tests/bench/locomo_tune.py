@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from agents.qdrant_sink.agent import indexed
 from schemas import MemoryRecord, MemoryType
 from services.api.models import RecallRequest
 from services.api.ranking import Weights
 from services.api.recall import _packed, _profile, fused_candidates, fusion_weights
 from services.core.config import Settings
 from services.embedding import MiniLmEmbedder
+from services.stores.index_feed import indexed
 from services.stores.postgres import PgPool
 from services.stores.postgres.memory_reads import LiveHit
 from services.stores.postgres.records import RECORD_COLUMNS, record_from_row, vector_floats

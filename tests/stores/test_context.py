@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from agents.consolidator.apply import BatchContext, apply_candidate
-from agents.qdrant_sink.agent import plan
 from agents.rules.candidates import candidates_for_turn
 from schemas import ChangeOp, EmbeddedCandidate, MemoryCandidate, MemoryType
 from services.core.config import Settings
@@ -21,6 +20,7 @@ from services.core.errors import StackError
 from services.rebuild.index import edge_path, rebuild_edge
 from services.rebuild.progress import Progress
 from services.rebuild.store import StoreTally, apply_changes
+from services.stores.index_feed import plan
 from services.stores.postgres import MemoryWriter, PgPool
 from services.stores.postgres.past_context import context_legs_as_of
 from services.stores.qdrant_edge_index import EdgeIndex

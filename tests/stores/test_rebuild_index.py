@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 from qdrant_client import AsyncQdrantClient
 
-from agents.qdrant_sink.agent import plan
 from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.core.config import Settings
 from services.core.textutil import content_hash, stable_id
 from services.rebuild.index import edge_path, rebuild_edge, rebuild_server
 from services.rebuild.progress import Progress
+from services.stores.index_feed import plan
 from services.stores.postgres import MemoryWriter, PgPool
 from services.stores.qdrant_edge_index import EdgeIndex
 from services.stores.qdrant_server_index import ServerIndex

@@ -3,9 +3,10 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.dlq import REASON_HEADER, DeadLetters
+from agents.dlq import DeadLetters
 from agents.stage import deliver
 from services.core.errors import InvalidEvent, StoreRejected, StoreUnavailable
+from services.kafka.dead_letters import REASON_HEADER
 
 
 @dataclass

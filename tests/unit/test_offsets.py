@@ -33,10 +33,11 @@ from faust.types import Message
 from pydantic import BaseModel
 
 from agents import dlq as dead_letters
-from agents.dlq import REASON_HEADER, DeadLetters
+from agents.dlq import DeadLetters
 from agents.stage import batched_agent, consume_parsed, deliver
 from services.core.config import Settings
 from services.core.errors import InvalidEvent, StoreUnavailable
+from services.kafka.dead_letters import REASON_HEADER
 from services.kafka.producer import AsyncProducer, producer_config
 from tests.unit.test_producer import refused_port
 
