@@ -49,22 +49,25 @@ A later user statement that shares enough of the question's terms is taken
 as a tentative answer: memstream cannot know it is right, so it says
 "tentatively". Maintenance defers a question recall has surfaced often or
 that has stayed open long (agents.maintenance.logic.defer): recall stops
-surfacing it, but a later answer still resolves it.
+surfacing it, but a later answer still resolves it. How many terms count,
+and when recall surfaces a question, is services.core.open_questions: the
+read service shares that rule and never imports a stage.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 
-from agents.rules.extract import entities, sentences
+from agents.rules.extract import sentences
 from schemas import EvictedChunk, MemoryCandidate, MemoryRecord, MemoryType, Provenance, Role, TurnEvent
 from schemas.memory import Question, QuestionState
+from services.core.open_questions import MIN_SHARED_TERMS, shared_terms
+from services.core.terms import entities, related_terms
 from services.core.textutil import content_words, stable_id
 
 EXTRACTOR = "questions/v2"
-MIN_SHARED_TERMS = 2
 # Turns after a question that may still take it up; a bound so a chunk of many turns stays linear.
 LOOKAHEAD = 8
 # An exclamation of at most this many words is warm-up ("Italy is wonderful in spring!"), not an answer.
@@ -163,11 +166,6 @@ _FILLER_TERMS = _NOT_CONTENT | frozenset(
     """best better good great happy glad help helps question questions recommend suggest want need make tell please
     sure course absolutely love lovely nice idea ideas tip tips way time ask feel free hope let""".split()
 )
-
-
-def related_terms(text: str) -> list[str]:
-    """Content words and entities, lower-cased: what a later answer or query must touch."""
-    return sorted({*content_words(text), *(e.lower() for e in entities(text))})[:16]
 
 
 def _stem(word: str) -> str:
@@ -420,11 +418,6 @@ def question_candidates(chunk: EvictedChunk) -> list[MemoryCandidate]:
     ]
 
 
-def shared_terms(question: MemoryRecord, words: Iterable[str]) -> set[str]:
-    related = set(question.question.related if question.question else [])
-    return related & {w.lower() for w in words}
-
-
 AWAITING_ANSWER = frozenset({QuestionState.OPEN, QuestionState.DEFERRED})
 
 
@@ -435,15 +428,3 @@ def answers(question: MemoryRecord, statement: MemoryCandidate) -> bool:
     if statement.observed_at <= question.observed_at or statement.text.rstrip().endswith("?"):
         return False
     return len(shared_terms(question, related_terms(statement.text))) >= MIN_SHARED_TERMS
-
-
-def touches(question: MemoryRecord, query: str, recalled: Iterable[Sequence[str]]) -> bool:
-    """Whether a recall's query, or the entities of what it returned, touch an open question's terms.
-
-    Only an `open` question is surfaced: a deferred one was surfaced enough.
-    """
-    if question.question is None or question.question.state is not QuestionState.OPEN:
-        return False
-    if len(shared_terms(question, related_terms(query))) >= MIN_SHARED_TERMS:
-        return True
-    return any(shared_terms(question, ents) for ents in recalled)

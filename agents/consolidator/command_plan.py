@@ -1,8 +1,9 @@
 """What a memory command does to memory: pure, so every rule is testable without Kafka or Postgres.
 
 The commands stage (agents.consolidator.commands) looks up the rows, embeds the
-new text, calls these functions and writes what they return; the read
-service uses the same selection rules to answer 404 before producing.
+new text, calls these functions and writes what they return. The rules the
+read service applies before producing (new ids, which memories a topic
+takes, how a document is cut into parts) are in services.core, below both.
 """
 
 from __future__ import annotations
@@ -12,16 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
-from pydantic import BaseModel
-
-from agents.consolidator.apply import recent_metadata
-from agents.rules.extract import entities as entities_in
+from agents.consolidator.apply.records import recent_metadata
 from schemas import ChangeOp, EmbeddedCandidate, MemoryCandidate, MemoryChange, MemoryRecord, MemoryStatus, Provenance
 from schemas.commands import MANUAL_SOURCE, AddMemory, CorrectMemory, ImportPart
-from schemas.export import ExportDocument, ExportedSession, ExportedTurn
+from schemas.export import ExportedSession, ExportedTurn
 from services.archive.codec import DataKey
-from services.core.textutil import content_hash, content_words, normalize, stable_id
+from services.core.terms import entities as entities_in
+from services.core.textutil import content_hash, stable_id
 
 EXTRACTOR = "manual"
 # A memory a command wrote carries its own vector only while it is active (the sink indexes those).
@@ -36,11 +34,6 @@ RETIRED_OPS: dict[MemoryStatus, ChangeOp] = {
 def manual_entry(command_id: str, at: datetime, **extra: str) -> dict[str, Any]:
     """The provenance metadata entry that says a person, not a conversation, wrote this version."""
     return {"source": MANUAL_SOURCE, "command_id": command_id, "at": at.isoformat(), **extra}
-
-
-def new_memory_id(tenant_id: str, user_id: str, command_id: str) -> str:
-    """The id of what an add or a correction writes: the read service answers with it before it exists."""
-    return stable_id("manual", tenant_id, user_id, command_id)
 
 
 def add_candidate(cmd: AddMemory, vector: list[float], model: str) -> EmbeddedCandidate:
@@ -134,25 +127,6 @@ def corrected(old: MemoryRecord, cmd: CorrectMemory, now: datetime) -> tuple[Mem
         }
     )
     return retire(old, MemoryStatus.SUPERSEDED, at, now, by=new.id), new
-
-
-def matches_topic(record: MemoryRecord, topic: str) -> bool:
-    """Whether deleting `topic` takes this memory. The rule, case- and spacing-insensitive:
-
-    the topic names the memory's category or key, or one of its entities; or
-    every content word of the topic (stopwords aside) is a word of its text,
-    value or entities ("green tea" takes "I love green tea", not "greenhouse
-    tea rooms"). A topic of stopwords alone matches by name only.
-    """
-    wanted = normalize(topic)
-    if not wanted:
-        return False
-    names = [record.category, record.key_name, *record.entities]
-    if any(name is not None and normalize(name) == wanted for name in names):
-        return True
-    terms = content_words(topic)
-    words = set(content_words(" ".join([record.text, record.value or "", *record.entities])))
-    return bool(terms) and all(term in words for term in terms)
 
 
 def change(
@@ -260,62 +234,3 @@ def imported_sessions(part: ImportPart) -> list[ExportedSession]:
 
 def import_op(record: MemoryRecord) -> ChangeOp:
     return RETIRED_OPS.get(record.status, ChangeOp.ADDED)
-
-
-class ItemTooLarge(ValueError):
-    """One memory, turn or session of a document does not fit in a message on its own."""
-
-
-def import_parts(
-    doc: ExportDocument, tenant_id: str, user_id: str, import_id: str, at: datetime, max_bytes: int
-) -> list[ImportPart]:
-    """A document as ImportPart commands of at most `max_bytes` each (JSON), in the document's order.
-
-    Memories travel with their vectors; each part is applied in its own
-    claim, in order, so a large import is several messages but one history.
-    """
-    budget = max_bytes - _ENVELOPE_BYTES
-    sections: list[tuple[str, Any, int]] = []
-    for record in doc.memories:
-        vector = doc.vectors.get(record.id)
-        size = _size(record) + (0 if vector is None else len(orjson.dumps(vector)) + 64)
-        sections.append(("memories", record, size))
-    sections += [("sessions", s, _size(s)) for s in doc.sessions]
-    sections += [("turns", t, _size(t)) for t in doc.turns]
-    sections += [("session_summaries", s, _size(s)) for s in doc.session_summaries]
-    chunks: list[dict[str, list[Any]]] = []
-    used = budget + 1  # the first item opens a part
-    for section, item, size in sections:
-        if size > budget:
-            raise ItemTooLarge(f"one of the document's {section} is {size} bytes; a message holds {budget}")
-        if used + size > budget:
-            chunks.append({"memories": [], "sessions": [], "turns": [], "session_summaries": []})
-            used = 0
-        chunks[-1][section].append(item)
-        used += size
-    chunks = chunks or [{"memories": [], "sessions": [], "turns": [], "session_summaries": []}]
-    return [
-        ImportPart(
-            command_id=stable_id("import-part", import_id, str(n)),
-            tenant_id=tenant_id,
-            user_id=user_id,
-            at=at,
-            import_id=import_id,
-            part=n,
-            parts=len(chunks),
-            source_tenant_id=doc.tenant_id,
-            source_user_id=doc.user_id,
-            embedding_model=doc.embedding_model,
-            vectors={r.id: doc.vectors[r.id] for r in chunk["memories"] if r.id in doc.vectors},
-            **chunk,
-        )
-        for n, chunk in enumerate(chunks)
-    ]
-
-
-# Room for the part's own fields (ids, counts, model name) around its items.
-_ENVELOPE_BYTES = 4096
-
-
-def _size(model: BaseModel) -> int:
-    return len(orjson.dumps(model.model_dump(mode="json"))) + 2

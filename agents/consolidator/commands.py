@@ -38,7 +38,7 @@ import faust
 
 from agents.consolidator import archived as archive
 from agents.consolidator import command_plan as plan
-from agents.consolidator.apply import apply_candidate
+from agents.consolidator.apply.candidate import apply_candidate
 from agents.stage import batched_agent, send_all
 from agents.topics import Topics
 from schemas import ChangeOp, MemoryChange, MemoryStatus, partition_key
@@ -59,6 +59,7 @@ from services.archive.changes import ChangeSealer, Message
 from services.archive.codec import ArchiveRecord
 from services.core import metrics
 from services.core import topics as topic_names
+from services.core.command_rules import matches_topic
 from services.core.textutil import stable_id
 from services.runtime import Runtime
 from services.stores.postgres import Conn, OutboxMessage
@@ -269,7 +270,7 @@ async def _delete(
         reason = f"deleted with session {cmd.session_id}"
     else:
         rows = await _store.active(conn, cmd.tenant_id, cmd.user_id, lock=True)
-        targets = [record for record in rows if plan.matches_topic(record, cmd.topic)]
+        targets = [record for record in rows if matches_topic(record, cmd.topic)]
         reason = f"deleted by topic {cmd.topic!r}"
     changes = []
     for target in targets:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agents.rules.extract import Extraction, entities, extract
+from agents.rules.extract import Extraction, extract
 from schemas import MemoryCandidate, MemoryType, Provenance, Role, TurnEvent
+from services.core.terms import entities
 from services.core.textutil import normalize, stable_id
 
 EXTRACTOR = "rules/v1"

@@ -22,7 +22,6 @@ from services.core import metrics
 from services.core.textutil import normalize
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-_ENTITY = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
 # Words that say nothing about what is liked: "I love it!", "Yeah, I love to."
 _EMPTY_WORDS = frozenset(
     """i me my mine it its this that these those you your we us our they them he she him her to so too yeah yes
@@ -32,9 +31,6 @@ _EMPTY_WORDS = frozenset(
 )
 _SPEAKER_LABEL = re.compile(r"^\s*[A-Z][\w .'-]{0,30}:\s+")
 _WORDS = re.compile(r"[a-z][a-z']*")
-_STOP_ENTITIES = frozenset(
-    {"I", "I'm", "I've", "I'd", "The", "This", "That", "My", "We", "Our", "It", "Hi", "Hey", "Yes", "No", "Oh", "So"}
-)
 # A run-on "sentence" (a paste with no full stops) is read in clauses of at most this many characters.
 MAX_CLAUSE_CHARS = 600
 # More distinct preferences than this in one turn is a list or a paste, not a user telling what they like.
@@ -87,16 +83,6 @@ def clauses(text: str, limit: int = MAX_CLAUSE_CHARS) -> list[str]:
             start = cut
         out.append(sentence[start:].strip())
     return [c for c in out if c]
-
-
-def entities(text: str) -> list[str]:
-    """Capitalised phrases not at a sentence start: cheap, good enough for boosts."""
-    found: dict[str, None] = {}
-    for match in _ENTITY.finditer(text):
-        name = match.group(1)
-        if name not in _STOP_ENTITIES:
-            found[name] = None
-    return list(found)
 
 
 def _clean(value: str) -> str:

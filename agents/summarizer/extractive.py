@@ -14,9 +14,10 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from agents.rules.extract import entities, sentences
+from agents.rules.extract import sentences
 from agents.summarizer.salience import NEUTRAL, Salience
 from schemas import Role, TurnEvent
+from services.core.terms import entities
 from services.core.textutil import content_words
 
 

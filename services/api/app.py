@@ -21,11 +21,12 @@ from schemas import MemoryStatus, MemoryType
 from services.api import docs, errors
 from services.api.access import AccessMarks, kafka_producer
 from services.api.auth import install as install_auth
+from services.api.command_routes import command_router
+from services.api.command_submit import CommandSubmitter
 from services.api.health import Readiness
 from services.api.ingest import router as ingest_router
 from services.api.jsonbody import StrictJsonRoute
 from services.api.limits import BodyLimit, Deadline, KeyFirst, RequestContext, request_budget
-from services.api.memory_routes import memory_router
 from services.api.models import (
     Health,
     History,
@@ -44,6 +45,7 @@ from services.api.models import (
 )
 from services.api.ranking import Weights
 from services.api.recall import recall, working
+from services.api.transfer_routes import transfer_router
 from services.core import metrics
 from services.runtime import Runtime
 
@@ -57,11 +59,14 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     """
     settings = rt.settings
     access = marks or AccessMarks(lambda: kafka_producer(settings), flush_seconds=settings.access_flush_seconds)
+    # One producer on memory.commands for every command route (commands, import), started by the first command.
+    commands = CommandSubmitter(rt)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         await access.close()
+        await commands.close()
 
     app = FastAPI(
         title="memstream", version="0.1.0", description=docs.DESCRIPTION, openapi_tags=docs.TAGS, lifespan=lifespan
@@ -83,7 +88,8 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     app.add_middleware(RequestContext)
     weights = Weights.from_settings(settings)
     app.include_router(ingest_router(settings))
-    app.include_router(memory_router(rt))
+    app.include_router(command_router(rt, commands))
+    app.include_router(transfer_router(rt, commands))
 
     @app.post(
         "/v1/recall",

@@ -1,4 +1,4 @@
-"""HTTP bodies and answers of the memory command routes (services/api/memory_routes.py).
+"""HTTP bodies and answers of the memory command routes (services/api/command_routes.py, transfer_routes.py).
 
 A body that is a command may name its tenant (`tenant_id`), like the query
 string of the other routes; the memory fields themselves are the command's

@@ -6,13 +6,13 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from agents.questions import touches
 from schemas import MemoryRecord, MemoryType
 from services.api.access import AccessMarks
 from services.api.models import RecalledMemory, RecallRequest, RecallResponse, Source, WorkingTurn, WorkingWindow
 from services.api.ranking import Candidate, Weights, pack, pack_sections, prompt_block, prompt_sections, rank
 from services.core import metrics
 from services.core.config import Settings
+from services.core.open_questions import touches
 from services.embedding.query_cache import for_model as query_embeddings
 from services.runtime import Runtime
 from services.stores.fusion import FusionWeights, RecallFusion, fuse_legs

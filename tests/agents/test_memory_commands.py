@@ -27,6 +27,8 @@ from schemas.commands import (
     UserForgotten,
 )
 from schemas.export import ExportDocument
+from services.core.command_rules import new_memory_id
+from services.core.import_parts import import_parts
 from services.core.textutil import stable_id
 from services.stores.postgres import ChunkMark, record_from_row
 from services.stores.postgres.commands import CommandStore
@@ -51,7 +53,7 @@ def raw(command: Any) -> bytes:
 
 def add(n: str, text: str, user: str = "u", **fields: Any) -> AddMemory:
     env = envelope(n, user)
-    memory_id = plan.new_memory_id("t", user, env["command_id"])
+    memory_id = new_memory_id("t", user, env["command_id"])
     return AddMemory.model_validate({**env, "memory_id": memory_id, "type": "preference", "text": text, **fields})
 
 
@@ -294,7 +296,7 @@ async def test_export_import_export_round_trips_into_another_tenant_and_user_and
     assert len(source.vectors) == 3
 
     # Small parts, so the import really is several commands applied in order.
-    parts = plan.import_parts(source, "t2", "v", stable_id("import-1"), NOW, 24 * 1024)
+    parts = import_parts(source, "t2", "v", stable_id("import-1"), NOW, 24 * 1024)
     assert len(parts) > 1
     await h.feed([raw(p) for p in parts], caused_by(h, parts[-1].command_id))
     async with rt.pg.connection("export") as conn:
@@ -321,7 +323,7 @@ async def test_export_import_export_round_trips_into_another_tenant_and_user_and
         [raw(ForgetUser.model_validate(envelope("9")))], lambda: any(c["op"] == "forgotten" for c in published(h))
     )
     assert rows_naming(pg_dsn, "t", "u") == {}
-    home = plan.import_parts(source, "t", "u", stable_id("import-2"), NOW, 900 * 1024)
+    home = import_parts(source, "t", "u", stable_id("import-2"), NOW, 900 * 1024)
     await h.feed([raw(p) for p in home], caused_by(h, home[-1].command_id))
     async with rt.pg.connection("export") as conn:
         back = await export_user(conn, "t", "u", exported_at=NOW, embedding_model="all-MiniLM-L6-v2")
@@ -330,7 +332,7 @@ async def test_export_import_export_round_trips_into_another_tenant_and_user_and
     assert not set(await rows(h, "u")) & {m.id for m in source.memories}
 
     # The copy's own export names the original's ids, which the original holds again: a third user gets new ones.
-    third = plan.import_parts(copy, "t2", "w", stable_id("import-3"), NOW, 900 * 1024)
+    third = import_parts(copy, "t2", "w", stable_id("import-3"), NOW, 900 * 1024)
     await h.feed([raw(p) for p in third], caused_by(h, third[-1].command_id))
     async with rt.pg.connection("export") as conn:
         again = await export_user(conn, "t2", "w", exported_at=NOW, embedding_model="all-MiniLM-L6-v2")
@@ -365,7 +367,7 @@ async def test_an_import_never_writes_under_the_documents_ids_and_repeats_to_the
     doc = source.model_copy(update={"tenant_id": "t-evil", "memories": [*source.memories, squat]})
     doc_ids = {m.id for m in doc.memories}
 
-    first = plan.import_parts(doc, "t-evil", "x", stable_id("import-a"), NOW, 900 * 1024)
+    first = import_parts(doc, "t-evil", "x", stable_id("import-a"), NOW, 900 * 1024)
     await h.feed([raw(p) for p in first], caused_by(h, first[-1].command_id))
     imported = await _memories(h, "t-evil", "x")
     assert len(imported) == len(doc.memories)
@@ -381,7 +383,7 @@ async def test_an_import_never_writes_under_the_documents_ids_and_repeats_to_the
     assert await _memories(h, "t-evil", "x") == imported
 
     # The same document imported again (a retried import: another import id) writes the same rows.
-    again = plan.import_parts(doc, "t-evil", "x", stable_id("import-b"), NOW, 900 * 1024)
+    again = import_parts(doc, "t-evil", "x", stable_id("import-b"), NOW, 900 * 1024)
     await h.feed([raw(p) for p in again], caused_by(h, again[-1].command_id))
     assert set(await _memories(h, "t-evil", "x")) == set(imported)
     assert h.sink("dlq").sent == []

@@ -11,7 +11,6 @@ import pytest
 from agents.consolidator.questions import resolve_questions
 from agents.maintenance.logic import Rules
 from agents.maintenance.run import run_pass
-from agents.questions import touches
 from agents.rules.candidates import candidates_for_turn
 from schemas import (
     ChangeOp,
@@ -26,6 +25,7 @@ from schemas.memory import QuestionState
 from services.archive.changes import open_changes
 from services.archive.codec import MasterKey
 from services.archive.keys import KeyStore
+from services.core.open_questions import touches
 from services.core.textutil import stable_id
 from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, OutboxMessage, PgPool, WindowStore
 from services.stores.postgres.maintenance import idle_sessions

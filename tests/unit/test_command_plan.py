@@ -26,6 +26,8 @@ from schemas.commands import (
 )
 from schemas.export import ExportDocument, ExportedSession, ExportedTurn
 from services.archive.codec import new_data_key
+from services.core.command_rules import matches_topic
+from services.core.import_parts import ItemTooLarge, import_parts
 from services.core.textutil import content_hash, stable_id
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
@@ -192,7 +194,7 @@ def test_a_topic_takes_memories_naming_it_or_holding_all_its_words(topic: str, t
         "rooms": record("Greenhouse tea rooms are nice", n="rooms"),
         "the": record("The end", n="the"),
     }
-    assert {name for name, r in memories.items() if plan.matches_topic(r, topic)} == taken
+    assert {name for name, r in memories.items() if matches_topic(r, topic)} == taken
 
 
 def test_an_outcome_lists_each_record_once_at_its_last_version_and_whether_the_index_holds_it() -> None:
@@ -248,7 +250,7 @@ def document(tenant: str = "t", user: str = "u", **fields: object) -> ExportDocu
 
 
 def part_of(doc: ExportDocument, tenant: str, user: str) -> ImportPart:
-    (part,) = plan.import_parts(doc, tenant, user, stable_id("import"), LATER, 900 * 1024)
+    (part,) = import_parts(doc, tenant, user, stable_id("import"), LATER, 900 * 1024)
     return part
 
 
@@ -294,7 +296,7 @@ def test_a_large_document_splits_into_parts_under_the_message_limit_in_order() -
     ]
     doc = base.model_copy(update={"memories": many, "vectors": {r.id: [0.5] * 384 for r in many}})
     limit = 64 * 1024
-    parts = plan.import_parts(doc, "t2", "v", stable_id("import"), LATER, limit)
+    parts = import_parts(doc, "t2", "v", stable_id("import"), LATER, limit)
     assert len(parts) > 2
     assert [p.part for p in parts] == list(range(len(parts)))
     assert {p.parts for p in parts} == {len(parts)}
@@ -303,10 +305,10 @@ def test_a_large_document_splits_into_parts_under_the_message_limit_in_order() -
     assert all(set(p.vectors) == {r.id for r in p.memories} for p in parts)
     assert [t.event_id for p in parts for t in p.turns] == ["e1"]
     assert len({p.command_id for p in parts}) == len(parts)
-    with pytest.raises(plan.ItemTooLarge):
-        plan.import_parts(doc, "t2", "v", stable_id("import"), LATER, 4096 + 1000)
+    with pytest.raises(ItemTooLarge):
+        import_parts(doc, "t2", "v", stable_id("import"), LATER, 4096 + 1000)
     empty = ExportDocument(exported_at=NOW, tenant_id="t", user_id="u")
-    assert len(plan.import_parts(empty, "t2", "v", stable_id("import"), LATER, limit)) == 1
+    assert len(import_parts(empty, "t2", "v", stable_id("import"), LATER, limit)) == 1
 
 
 # --- contracts ----------------------------------------------------------------------------------

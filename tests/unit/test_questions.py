@@ -2,9 +2,10 @@
 
 from datetime import timedelta
 
-from agents.questions import answers, question_candidates, touches, unresolved
+from agents.questions import answers, question_candidates, unresolved
 from schemas import EvictedChunk, MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, TurnEvent
 from schemas.memory import Question, QuestionState
+from services.core.open_questions import touches
 from services.core.textutil import content_hash
 from tests.factories import turn_event
 

@@ -1,0 +1,209 @@
+"""Memory commands over HTTP: add, correct, delete (one, by session, by topic), forget a user.
+
+Every command is validated here and checked against what memory holds (404
+for an unknown memory, session, topic or user; 409 for a memory that is no
+longer current) before it is produced (services/api/command_submit.py).
+Export and import are services/api/transfer_routes.py.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter, HTTPException, Response
+
+from schemas import MemoryRecord, MemoryStatus
+from schemas.commands import AddMemory, CorrectMemory, DeleteMemory, DeleteSession, DeleteTopic, ForgetUser
+from services.api import docs, errors
+from services.api.auth import CurrentPrincipal
+from services.api.command_models import AddMemoryRequest, CommandReceipt, CorrectMemoryRequest, TenantOptQ, Topic, Wait
+from services.api.command_submit import ACCEPTED, CommandSubmitter, command_tenant, not_found, now
+from services.api.jsonbody import StrictJsonRoute
+from services.api.models import MemoryIdPath, SessionPath, UserPath
+from services.core.command_rules import matches_topic, new_memory_id
+from services.runtime import Runtime
+from services.stores.postgres.commands import CommandStore
+from services.stores.postgres.forget import holds_user
+
+_store = CommandStore()
+
+
+def command_router(rt: Runtime, commands: CommandSubmitter) -> APIRouter:
+    api = APIRouter(route_class=StrictJsonRoute, tags=[docs.MEMORIES])
+
+    async def current(tenant_id: str, user_id: str, memory_id: str) -> MemoryRecord:
+        """The memory a correction or delete names: 404 when unknown, 409 when it is no longer the current version."""
+        async with rt.pg.connection("command_target") as conn:
+            held = await rt.memories.with_vector(conn, tenant_id, user_id, memory_id)
+        if held is None:
+            raise not_found(f"memory {memory_id}")
+        record = held[0]
+        if record.status is not MemoryStatus.ACTIVE:
+            newer = f"; its current version is {record.superseded_by}" if record.superseded_by else ""
+            raise HTTPException(409, f"memory {memory_id} is {record.status.value}{newer}")
+        return record
+
+    @api.post(
+        "/v1/users/{user_id}/memories",
+        status_code=202,
+        response_model=CommandReceipt,
+        summary="Add a memory by hand (embedded and indexed like any other; provenance source: manual)",
+        responses={**ACCEPTED, **errors.responses(409)},
+    )
+    async def add_memory(
+        user_id: UserPath,
+        body: AddMemoryRequest,
+        principal: CurrentPrincipal,
+        response: Response,
+        tenant_id: TenantOptQ = None,
+        wait: Wait = False,
+    ) -> CommandReceipt:
+        started = time.monotonic()
+        tenant = command_tenant(principal, tenant_id, body.tenant_id)
+        command_id = str(uuid.uuid4())
+        memory_id = new_memory_id(tenant, user_id, command_id)
+        fields = body.model_dump(exclude={"tenant_id"})
+        cmd = AddMemory(
+            command_id=command_id, tenant_id=tenant, user_id=user_id, at=now(), memory_id=memory_id, **fields
+        )
+        return await commands.submit(response, [cmd], wait=wait, started=started, memory_id=memory_id)
+
+    @api.patch(
+        "/v1/users/{user_id}/memories/{memory_id}",
+        status_code=202,
+        response_model=CommandReceipt,
+        summary="Correct a memory's text: a new version supersedes it (history kept), re-embedded and re-indexed",
+        responses={**ACCEPTED, **errors.responses(404, 409)},
+    )
+    async def correct_memory(
+        user_id: UserPath,
+        memory_id: MemoryIdPath,
+        body: CorrectMemoryRequest,
+        principal: CurrentPrincipal,
+        response: Response,
+        tenant_id: TenantOptQ = None,
+        wait: Wait = False,
+    ) -> CommandReceipt:
+        started = time.monotonic()
+        tenant = command_tenant(principal, tenant_id, body.tenant_id)
+        await current(tenant, user_id, memory_id)
+        command_id = str(uuid.uuid4())
+        new_id = new_memory_id(tenant, user_id, command_id)
+        cmd = CorrectMemory(
+            command_id=command_id,
+            tenant_id=tenant,
+            user_id=user_id,
+            at=now(),
+            memory_id=memory_id,
+            new_id=new_id,
+            text=body.text,
+            value=body.value,
+        )
+        return await commands.submit(response, [cmd], wait=wait, started=started, memory_id=new_id)
+
+    @api.delete(
+        "/v1/users/{user_id}/memories/{memory_id}",
+        status_code=202,
+        response_model=CommandReceipt,
+        summary="Delete one memory: out of recall and the index, kept in history as `deleted`",
+        responses={**ACCEPTED, **errors.responses(404, 409)},
+    )
+    async def delete_memory(
+        user_id: UserPath,
+        memory_id: MemoryIdPath,
+        principal: CurrentPrincipal,
+        response: Response,
+        tenant_id: TenantOptQ = None,
+        wait: Wait = False,
+    ) -> CommandReceipt:
+        started = time.monotonic()
+        tenant = command_tenant(principal, tenant_id)
+        await current(tenant, user_id, memory_id)
+        cmd = DeleteMemory(
+            command_id=str(uuid.uuid4()), tenant_id=tenant, user_id=user_id, at=now(), memory_id=memory_id
+        )
+        return await commands.submit(response, [cmd], wait=wait, started=started)
+
+    @api.delete(
+        "/v1/users/{user_id}/memories",
+        status_code=202,
+        response_model=CommandReceipt,
+        summary="Delete every active memory about a topic or entity",
+        description="A memory matches when the topic (case and spacing aside) names its category, key or one of "
+        "its entities, or when every content word of the topic (stopwords aside) is a word of its text, value "
+        "or entities: `green tea` takes `I love green tea`, not `greenhouse tea rooms`.",
+        responses={**ACCEPTED, **errors.responses(404)},
+    )
+    async def delete_topic(
+        user_id: UserPath,
+        topic: Topic,
+        principal: CurrentPrincipal,
+        response: Response,
+        tenant_id: TenantOptQ = None,
+        wait: Wait = False,
+    ) -> CommandReceipt:
+        started = time.monotonic()
+        tenant = command_tenant(principal, tenant_id)
+        async with rt.pg.connection("delete_topic_check") as conn:
+            active = await _store.active(conn, tenant, user_id)
+        if not any(matches_topic(record, topic) for record in active):
+            raise not_found(f"memory about {topic!r}")
+        cmd = DeleteTopic(command_id=str(uuid.uuid4()), tenant_id=tenant, user_id=user_id, at=now(), topic=topic)
+        return await commands.submit(response, [cmd], wait=wait, started=started)
+
+    @api.delete(
+        "/v1/users/{user_id}/sessions/{session_id}/memories",
+        status_code=202,
+        response_model=CommandReceipt,
+        summary="Delete every active memory derived from one session (its provenance names the session)",
+        responses={**ACCEPTED, **errors.responses(404)},
+    )
+    async def delete_session(
+        user_id: UserPath,
+        session_id: SessionPath,
+        principal: CurrentPrincipal,
+        response: Response,
+        tenant_id: TenantOptQ = None,
+        wait: Wait = False,
+    ) -> CommandReceipt:
+        started = time.monotonic()
+        tenant = command_tenant(principal, tenant_id)
+        async with rt.pg.connection("delete_session_check") as conn:
+            active = await _store.active(conn, tenant, user_id, session_id=session_id)
+        if not active:
+            raise not_found(f"memory from session {session_id}")
+        cmd = DeleteSession(
+            command_id=str(uuid.uuid4()), tenant_id=tenant, user_id=user_id, at=now(), session_id=session_id
+        )
+        return await commands.submit(response, [cmd], wait=wait, started=started)
+
+    @api.delete(
+        "/v1/users/{user_id}",
+        status_code=202,
+        response_model=CommandReceipt,
+        summary="Forget a user: every row naming them in Postgres and every index point",
+        description="Memories in every status (history too), raw turns, sessions and windows, session summaries, "
+        "applied commands, pending outbox messages, index points. Afterwards every route answers as for an "
+        "unknown user. What is still in flight on the topics for the user is processed as it arrives.",
+        responses={**ACCEPTED, **errors.responses(404)},
+    )
+    async def forget_user(
+        user_id: UserPath,
+        principal: CurrentPrincipal,
+        response: Response,
+        tenant_id: TenantOptQ = None,
+        wait: Wait = False,
+    ) -> CommandReceipt:
+        started = time.monotonic()
+        tenant = command_tenant(principal, tenant_id)
+        await _known(tenant, user_id)
+        cmd = ForgetUser(command_id=str(uuid.uuid4()), tenant_id=tenant, user_id=user_id, at=now())
+        return await commands.submit(response, [cmd], wait=wait, started=started)
+
+    async def _known(tenant_id: str, user_id: str) -> None:
+        async with rt.pg.connection("user_known") as conn:
+            if not await holds_user(conn, tenant_id, user_id):
+                raise not_found(f"user {user_id}")
+
+    return api

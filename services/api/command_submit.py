@@ -1,0 +1,99 @@
+"""What every memory command route shares: the tenant it acts in, its 404, and producing then (maybe) waiting.
+
+A command is produced to `memory.commands` and applied by the consolidator's
+commands stage, in order with the user's other commands. The answer is 202
+with the command id once the broker has it; `?wait=true` answers 200 once the
+change shows in Postgres and the recall index (services/api/command_log.py),
+so a client can read its own write. A waiting request's deadline is
+MEMSTREAM_HTTP_REQUEST_TIMEOUT plus MEMSTREAM_COMMAND_WAIT_TIMEOUT
+(services.api.limits.request_budget); a wait that runs out answers 202.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import HTTPException, Response
+
+from schemas.commands import AnyCommand
+from services.api.auth import tenant_scope
+from services.api.command_log import CommandLog, wait_until_applied
+from services.api.command_models import AppliedChange, CommandReceipt
+from services.auth import Principal
+from services.runtime import Runtime
+
+# Left of the request deadline for answering once a wait gives up.
+_ANSWER_MARGIN = 0.25
+ACCEPTED: dict[int | str, dict[str, Any]] = {
+    200: {"model": CommandReceipt, "description": "`?wait=true`: applied, visible in Postgres and the index"}
+}
+
+
+def command_tenant(principal: Principal, *named: str | None) -> str:
+    """The tenant from the query string or the body (they must agree), else the key's."""
+    given = {t for t in named if t is not None}
+    if len(given) > 1:
+        raise HTTPException(422, "tenant_id in the query string and in the body differ")
+    return tenant_scope(principal, next(iter(given), None))
+
+
+def not_found(what: str) -> HTTPException:
+    return HTTPException(404, f"no {what} for this tenant and user")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class CommandSubmitter:
+    """Produces a route's commands and builds its answer; one producer for every command route of the app."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self._log = CommandLog(rt.settings)
+
+    async def submit(
+        self,
+        response: Response,
+        commands: Sequence[AnyCommand],
+        *,
+        wait: bool,
+        started: float,
+        memory_id: str | None = None,
+        command_id: str | None = None,
+    ) -> CommandReceipt:
+        """Every command acknowledged by the broker (202); with `wait`, applied and indexed too (200), if in time."""
+        settings = self._rt.settings
+        first = commands[0]
+        await self._log.send(commands)
+        receipt = CommandReceipt(
+            command_id=command_id or first.command_id,
+            kind=first.kind,
+            status="accepted",
+            memory_id=memory_id,
+            parts=len(commands) if first.kind == "import" else None,
+        )
+        if not wait:
+            return receipt
+        # The request's deadline is http_request_timeout + command_wait_timeout (services.api.limits).
+        left = settings.http_request_timeout + settings.command_wait_timeout - _ANSWER_MARGIN
+        changes = await wait_until_applied(
+            self._rt,
+            first.tenant_id,
+            first.user_id,
+            [c.command_id for c in commands],
+            forget=first.kind == "forget",
+            seconds=min(settings.command_wait_timeout, left - (time.monotonic() - started)),
+        )
+        if changes is None:
+            return receipt
+        response.status_code = 200
+        return receipt.model_copy(
+            update={"status": "applied", "changes": [AppliedChange.model_validate(c) for c in changes]}
+        )
+
+    async def close(self) -> None:
+        await self._log.close()
