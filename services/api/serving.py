@@ -31,6 +31,7 @@ from services.core.errors import StoreError
 from services.runtime import Runtime
 from services.stores import open_vector_index
 from services.stores.postgres import MemoryReader, PgPool, WindowStore
+from services.stores.postgres import generations as registry
 from services.stores.vector import VectorIndex
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class ServingGeneration:
     async def refresh(self) -> None:
         # The registry lives in public: the process's own pool reaches it whatever serves.
         async with self._own.pg.connection("generations") as conn:
-            rows = await generations.listing(conn)
+            rows = await registry.listing(conn)
         target = next((r.name for r in rows if r.state == "serving"), generations.DEFAULT)
         self.rebuilding = {r.name: r.detail.get("lag") for r in rows if r.state == "building"}
         metrics.set_generations({r.name: r.name == target for r in rows}, self.rebuilding)

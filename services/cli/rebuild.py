@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from services.core.config import Settings
 from services.core.errors import StackError
+from services.stores.postgres import generations as registry
 
 T = TypeVar("T")
 
@@ -123,9 +124,8 @@ def _registry(settings: Settings, work: Callable[[Any], Awaitable[T]]) -> T:
 
 
 def _cmd_generation_list(settings: Settings, args: argparse.Namespace) -> int:
-    from services.core import generations
 
-    rows = _registry(settings, generations.listing)
+    rows = _registry(settings, registry.listing)
     if args.json:
         print(json.dumps([{**r.__dict__, "schema": r.schema} for r in rows], default=str, indent=2))
         return 0
@@ -143,7 +143,7 @@ def _cmd_generation_switch(settings: Settings, args: argparse.Namespace) -> int:
     from services.core import generations
 
     try:
-        before = _registry(settings, lambda conn: generations.switch(conn, args.name))
+        before = _registry(settings, lambda conn: registry.switch(conn, args.name))
     except generations.GenerationError as exc:
         print(f"generation switch: {exc}", file=sys.stderr)
         return 1

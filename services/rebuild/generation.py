@@ -57,6 +57,7 @@ from services.core.kafka_auth import confluent_config
 from services.core.stages import group_id
 from services.kafka.log_end import group_lag
 from services.rebuild.progress import Progress
+from services.stores.postgres import generations as generation_registry
 
 log = logging.getLogger("memstream.rebuild")
 
@@ -183,7 +184,9 @@ async def drain(
             if time.monotonic() - reported >= report_every:
                 reported = time.monotonic()
                 log.info("generation %s: lag %s messages (%s)", name, lag, lags)
-                await generations.set_state(registry, name, "building", {"lag": lag, "archived": progress.total})
+                await generation_registry.set_state(
+                    registry, name, "building", {"lag": lag, "archived": progress.total}
+                )
             waiting = await _outbox_rows(conn)
             if lag == 0 and waiting == 0:
                 since = since or time.monotonic()
@@ -216,7 +219,7 @@ async def rebuild_generation(
     started = time.perf_counter()
     tally = GenerationTally()
     async with await _connect(settings.pg_dsn) as conn:
-        await generations.begin(conn, name, source="memory.archive")
+        await generation_registry.begin(conn, name, source="memory.archive")
     await create_topics_of(settings, gen)
     # Two phases: the archive's chat events through every stage with the commands held back, then the archive's
     # commands. A command
@@ -229,7 +232,7 @@ async def rebuild_generation(
         except BaseException as exc:
             stop_worker(worker)
             async with await _connect(settings.pg_dsn) as conn:
-                await generations.set_state(conn, name, "building", {"error": repr(exc)[:500]})
+                await generation_registry.set_state(conn, name, "building", {"error": repr(exc)[:500]})
             raise
         stop_worker(worker)
     progress.finish()
@@ -237,7 +240,7 @@ async def rebuild_generation(
     tally.events, tally.memories, tally.active = await counts(scoped)
     tally.seconds = time.perf_counter() - started
     async with await _connect(settings.pg_dsn) as conn:
-        await generations.set_state(conn, name, "ready", {**tally.as_dict(), "lag": 0})
+        await generation_registry.set_state(conn, name, "ready", {**tally.as_dict(), "lag": 0})
     return tally
 
 
@@ -245,7 +248,7 @@ async def drop_generation(settings: Settings, name: str) -> list[str]:
     """Everything generation `name` holds: its schema and registry row, its topics, its index. What went."""
     gen = Generation(generations.check_name(name))
     async with await _connect(settings.pg_dsn) as conn:
-        await generations.drop(conn, name)  # refuses the serving one, before anything is deleted
+        await generation_registry.drop(conn, name)  # refuses the serving one, before anything is deleted
     removed = [f"schema {gen.schema}"]
     removed += await asyncio.to_thread(_delete_topics, settings, list(gen.own_topics().values()))
     scoped = generations.scoped(settings, name)

@@ -12,10 +12,10 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
-from services.core import generations
 from services.core.generations import DERIVED_TABLES, SHARED_TABLES, Generation, GenerationError
 from services.core.textutil import content_hash, stable_id
 from services.stores.postgres import MemoryWriter, PgPool, migrate
+from services.stores.postgres import generations as registry
 from services.stores.postgres.forget import forget_user
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -54,14 +54,14 @@ async def test_every_table_is_either_derived_by_a_generation_or_shared_by_all(
     conn: AsyncConnection[dict[str, Any]],
 ) -> None:
     """A new table must be put on one side: derived tables are re-created per generation, the rest stay in public."""
-    await generations.ensure_registry(conn)
+    await registry.ensure_registry(conn)
     assert await tables(conn, "public") == set(DERIVED_TABLES) | set(SHARED_TABLES)
 
 
 async def test_a_generations_pool_writes_its_own_tables_and_reads_the_shared_ones(
     pool: PgPool, pg_dsn: str, conn: AsyncConnection[dict[str, Any]]
 ) -> None:
-    await generations.begin(conn, "v2", source="memory.archive")
+    await registry.begin(conn, "v2", source="memory.archive")
     assert await tables(conn, "g_v2") == {*DERIVED_TABLES, "schema_migrations"}
     gen_dsn = Generation("v2").dsn(pg_dsn)
     assert await migrate(gen_dsn) == []  # nothing to apply: the shared tables are not made again in g_v2
@@ -94,23 +94,23 @@ async def test_a_generations_pool_writes_its_own_tables_and_reads_the_shared_one
 async def test_the_registry_says_which_generation_serves_and_switching_is_one_step(
     conn: AsyncConnection[dict[str, Any]],
 ) -> None:
-    assert await generations.serving(conn) == "default"  # before any registry exists
-    await generations.begin(conn, "v2", source="memory.archive")
+    assert await registry.serving(conn) == "default"  # before any registry exists
+    await registry.begin(conn, "v2", source="memory.archive")
     with pytest.raises(GenerationError, match="building"):
-        await generations.switch(conn, "v2")
-    await generations.set_state(conn, "v2", "ready", {"events": 10})
-    assert await generations.switch(conn, "v2") == "default"
-    assert await generations.serving(conn) == "v2"
-    states = {r.name: r.state for r in await generations.listing(conn)}
+        await registry.switch(conn, "v2")
+    await registry.set_state(conn, "v2", "ready", {"events": 10})
+    assert await registry.switch(conn, "v2") == "default"
+    assert await registry.serving(conn) == "v2"
+    states = {r.name: r.state for r in await registry.listing(conn)}
     assert states == {"default": "ready", "v2": "serving"}
     with pytest.raises(GenerationError, match="serves"):
-        await generations.drop(conn, "v2")
+        await registry.drop(conn, "v2")
     with pytest.raises(GenerationError, match="exists"):
-        await generations.begin(conn, "v2", source="memory.archive")
+        await registry.begin(conn, "v2", source="memory.archive")
 
-    assert await generations.switch(conn, "default") == "v2"
-    await generations.drop(conn, "v2")
-    assert [r.name for r in await generations.listing(conn)] == ["default"]
+    assert await registry.switch(conn, "default") == "v2"
+    await registry.drop(conn, "v2")
+    assert [r.name for r in await registry.listing(conn)] == ["default"]
     assert await tables(conn, "g_v2") == set()
     with pytest.raises(GenerationError, match="no generation"):
-        await generations.switch(conn, "v2")
+        await registry.switch(conn, "v2")

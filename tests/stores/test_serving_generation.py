@@ -20,6 +20,7 @@ from services.core.config import Settings
 from services.core.textutil import stable_id
 from services.runtime import Runtime
 from services.stores.postgres import MemoryWriter
+from services.stores.postgres import generations as registry
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -59,11 +60,11 @@ async def test_a_switch_moves_the_read_service_and_only_the_read_service(runtime
     async with runtime.pg.transaction("default") as c:
         await writer.upsert(c, memory("served by the default"), None)
     async with await AsyncConnection.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
-        await generations.begin(conn, "v2", source="memory.archive")
+        await registry.begin(conn, "v2", source="memory.archive")
         v2 = generations.scoped(runtime.settings, "v2")
         async with await AsyncConnection.connect(v2.pg_dsn, autocommit=True, row_factory=dict_row) as gen:
             await writer.upsert(gen, memory("derived again in v2"), None)
-        await generations.set_state(conn, "v2", "ready")
+        await registry.set_state(conn, "v2", "ready")
 
         serving = ServingGeneration.for_read_service(runtime)
         readiness = Readiness(serving.rt, serving)
@@ -71,7 +72,7 @@ async def test_a_switch_moves_the_read_service_and_only_the_read_service(runtime
         assert readiness.report() == {"generation": "default", "rebuilding": {}}
         assert await texts(serving.rt) == ["served by the default"]
 
-        await generations.switch(conn, "v2")
+        await registry.switch(conn, "v2")
         await serving.refresh()
 
         assert readiness.report()["generation"] == "v2"
@@ -85,7 +86,7 @@ async def test_a_switch_moves_the_read_service_and_only_the_read_service(runtime
         assert 'memstream_generation_serving{generation="v2"} 1.0' in exposed
         assert 'memstream_generation_serving{generation="default"} 0.0' in exposed
 
-        await generations.switch(conn, "default")
+        await registry.switch(conn, "default")
         await serving.refresh()
         assert readiness.report()["generation"] == "default"
         assert await texts(serving.rt) == ["served by the default"]
@@ -94,8 +95,8 @@ async def test_a_switch_moves_the_read_service_and_only_the_read_service(runtime
 
 async def test_a_generation_being_built_reports_its_lag(runtime: Runtime, pg_dsn: str) -> None:
     async with await AsyncConnection.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
-        await generations.begin(conn, "v3", source="memory.archive")
-        await generations.set_state(conn, "v3", "building", {"lag": 1234})
+        await registry.begin(conn, "v3", source="memory.archive")
+        await registry.set_state(conn, "v3", "building", {"lag": 1234})
     serving = ServingGeneration.for_read_service(runtime)
     await serving.refresh()
     assert serving.report() == {"generation": "default", "rebuilding": {"v3": 1234}}
