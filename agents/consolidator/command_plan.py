@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agents.consolidator.apply.records import recent_metadata
+from agents.provenance import recent_metadata
 from schemas import ChangeOp, EmbeddedCandidate, MemoryCandidate, MemoryChange, MemoryRecord, MemoryStatus, Provenance
 from schemas.commands import MANUAL_SOURCE, AddMemory, CorrectMemory, ImportPart
 from schemas.export import ExportedSession, ExportedTurn

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agents.consolidator.importance import cosine
+from agents.provenance import MAX_SOURCES
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
 
 # Exchanges and episodes are what was said and when: two similar turns are two
 # events, not one memory. Question records track their own state.
 MERGE_TYPES = frozenset({MemoryType.FACT, MemoryType.PREFERENCE, MemoryType.SEMANTIC, MemoryType.PATTERN})
 MERGE_BOOST = 0.05
-MAX_SOURCES = 50
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+(?:[.,:/]\d+)*")
 _NUMBER = re.compile(r"\d")

@@ -17,13 +17,14 @@ from typing import Any
 
 import faust
 
+from agents.corpus import lookup_buckets
 from agents.dlq import DeadLetters
 from agents.questions import question_candidates
 from agents.stage import consume_batches, deliver, forward, parse_or_dlq, span
 from agents.summarizer.candidates import EXTRACTOR, candidate_for
 from agents.summarizer.extractive import summarize
 from agents.summarizer.llm import LLM_INVALID_OUTPUT, LlmPath
-from agents.summarizer.salience import Salience, lookup_buckets
+from agents.summarizer.salience import Salience
 from agents.topics import Topics
 from schemas import EvictedChunk, MemoryCandidate
 from services.runtime import Runtime

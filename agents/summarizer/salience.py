@@ -18,18 +18,13 @@ readable from them (README, "Archive and forgetting").
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agents.rules.extract import sentences
-from schemas import Role, TurnEvent
+from agents.corpus import DOCUMENTS, sentence_bucket, term_bucket
 from services.core.textutil import content_words
 
-BUCKETS = 1 << 18
-# The bucket counting documents (assistant turns) themselves.
-DOCUMENTS = -1
 MIN_DOCUMENTS = 50
 # A sentence in at least this share of assistant turns (and `MIN_SENTENCE_DOCS` of them) is padding.
 FILLER_SENTENCE_SHARE = 0.01
@@ -42,39 +37,6 @@ FILLER = frozenset(
     excited exciting fantastic feel free glad happy help helpful helps hope hoping let love nice perfect pleasure
     question questions sounds today welcome wonderful hesitate i'd i'll you'll you'd we'll""".split()
 )
-
-
-def _bucket(kind: str, text: str) -> int:
-    digest = hashlib.blake2b(f"{kind}\x1f{text}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % BUCKETS
-
-
-def term_bucket(term: str) -> int:
-    return _bucket("t", term)
-
-
-def sentence_key(sentence: str) -> str:
-    """A sentence as its content words: "Happy to help with that!" and "happy to help with that" are one."""
-    return " ".join(content_words(sentence))
-
-
-def sentence_bucket(sentence: str) -> int:
-    return _bucket("s", sentence_key(sentence))
-
-
-def document_buckets(text: str) -> set[int]:
-    """What one assistant turn adds to the counts: each distinct term, and each sentence that has content words."""
-    terms = {term_bucket(w) for w in content_words(text)}
-    return terms | {sentence_bucket(s) for s in sentences(text) if sentence_key(s)}
-
-
-def assistant_documents(turns: Iterable[TurnEvent]) -> list[set[int]]:
-    return [document_buckets(t.content) for t in turns if t.role is Role.ASSISTANT]
-
-
-def lookup_buckets(turns: Iterable[TurnEvent]) -> set[int]:
-    """Every bucket a chunk's summary may ask about (its terms and sentences, any role)."""
-    return set().union(*(document_buckets(t.content) for t in turns)) | {DOCUMENTS}
 
 
 @dataclass(frozen=True)

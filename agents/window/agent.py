@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 
 import faust
 
+from agents.corpus import DOCUMENTS, assistant_documents
 from agents.dlq import DeadLetters
 from agents.outbox import publish
 from agents.stage import HANDLING_REASONS, consume_parsed
-from agents.summarizer.salience import DOCUMENTS, assistant_documents
 from agents.topics import Topics
 from agents.window.archived import UNREADABLE, count_forgotten, open_archived, parse_archived
 from agents.window.logic import WindowLimits, append_turn, preceding, window_tokens
@@ -79,7 +79,7 @@ async def handle_events(
 
 
 async def count_assistant_terms(rt: Runtime, conn: Conn, accepted: list[TurnEvent | SessionEvent]) -> None:
-    """The corpus counts summaries weigh words against (agents/summarizer/salience.py), for turns accepted once."""
+    """The corpus counts summaries weigh words against (agents/corpus.py), for turns accepted once."""
     by_tenant: dict[str, list[TurnEvent]] = {}
     for event in accepted:
         if isinstance(event, TurnEvent):

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
+from agents.corpus import DOCUMENTS, sentence_bucket, term_bucket
 from agents.summarizer.agent import salience_by_tenant
-from agents.summarizer.salience import DOCUMENTS, sentence_bucket, term_bucket
 from agents.window import agent
 from schemas import EvictedChunk, TurnEvent
 from tests.agents.test_agents import Harness, harness  # noqa: F401 (the fixture)

@@ -47,12 +47,13 @@ from itertools import combinations
 from pathlib import Path
 
 from agents.consolidator.apply.records import new_record
+from agents.corpus import DOCUMENTS, assistant_documents
 from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.plan import plan_user
 from agents.maintenance.rules.synthesized import covered
 from agents.summarizer.candidates import EXTRACTOR, candidate_for
 from agents.summarizer.extractive import summarize
-from agents.summarizer.salience import DOCUMENTS, Salience, assistant_documents
+from agents.summarizer.salience import Salience
 from schemas import EmbeddedCandidate, EvictedChunk, MemoryRecord, MemoryType, Role, TurnEvent
 from services.core.config import Settings
 from services.embedding import Embedder, MiniLmEmbedder

@@ -84,7 +84,7 @@ def test_value_stated_again_after_supersession_gets_a_new_id() -> None:
 
 
 def test_provenance_metadata_keeps_the_newest_entries_that_fit() -> None:
-    from agents.consolidator.apply.records import MAX_METADATA_BYTES, recent_metadata
+    from agents.provenance import MAX_METADATA_BYTES, recent_metadata
 
     big = [{"i": i, "blob": "x" * 10_000} for i in range(60)]
     kept = recent_metadata(big)

@@ -14,7 +14,6 @@ from faust.types import TP
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.consolidator.apply.records import MAX_SOURCES
 from agents.maintenance.idle import idle_session_end
 from agents.maintenance.rules.common import mean_vector
 from agents.maintenance.rules.config import Rules
@@ -25,6 +24,7 @@ from agents.maintenance.rules.questions import defer
 from agents.maintenance.rules.synthesized import covered, union_provenance
 from agents.maintenance.rules.topics import topics
 from agents.maintenance.timers import is_leader, leader_topic
+from agents.provenance import MAX_SOURCES
 from schemas import ChangeOp, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from schemas.memory import Question, QuestionState
 from services.core.config import Settings

@@ -9,17 +9,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agents.corpus import DOCUMENTS, assistant_documents, document_buckets, sentence_bucket
 from agents.summarizer.extractive import summarize
-from agents.summarizer.salience import (
-    DOCUMENTS,
-    FILLER,
-    MIN_DOCUMENTS,
-    NEUTRAL,
-    Salience,
-    assistant_documents,
-    document_buckets,
-    sentence_bucket,
-)
+from agents.summarizer.salience import FILLER, MIN_DOCUMENTS, NEUTRAL, Salience
 from schemas import TurnEvent
 from services.core.textutil import STOPWORDS
 from tests.factories import turn_event

@@ -9,30 +9,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from agents.consolidator.decide import RESTATED, Decision
 from agents.consolidator.merge import merged_importance, union_entities, union_source
+from agents.provenance import MAX_SOURCES, recent_metadata
 from schemas import EmbeddedCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.core.textutil import content_hash, stable_id
 
 REINFORCE_BOOST = 0.05
-MAX_SOURCES = 50
-# Provenance metadata kept per record: a memory.changes message carries it
-# whole, so it must stay far below the broker's message limit.
-MAX_METADATA_BYTES = 64 * 1024
-
-
-def recent_metadata(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The newest entries (at most MAX_SOURCES) whose JSON fits in MAX_METADATA_BYTES."""
-    kept: list[dict[str, Any]] = []
-    size = 0
-    for entry in reversed(entries[-MAX_SOURCES:]):
-        size += len(orjson.dumps(entry))
-        if size > MAX_METADATA_BYTES:
-            break
-        kept.append(entry)
-    return kept[::-1]
 
 
 def new_record(item: EmbeddedCandidate, record_id: str, now: datetime) -> MemoryRecord:

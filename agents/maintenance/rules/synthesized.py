@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from agents.consolidator.apply.records import recent_metadata
+from agents.provenance import recent_metadata
 from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.core.textutil import content_hash
 
