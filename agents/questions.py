@@ -48,7 +48,7 @@ LOOKAHEAD turns ahead with each turn read once: linear in the chunk's text.
 A later user statement that shares enough of the question's terms is taken
 as a tentative answer: memstream cannot know it is right, so it says
 "tentatively". Maintenance defers a question recall has surfaced often or
-that has stayed open long (agents.maintenance.logic.defer): recall stops
+that has stayed open long (agents.maintenance.rules.questions.defer): recall stops
 surfacing it, but a later answer still resolves it. How many terms count,
 and when recall surfaces a question, is services.core.open_questions: the
 read service shares that rule and never imports a stage.

@@ -186,7 +186,7 @@ class DeleteSession(_Command):
 
 
 class DeleteTopic(_Command):
-    """Every active memory about a topic or entity (the rule: agents.consolidator.command_plan.matches_topic)."""
+    """Every active memory about a topic or entity (the rule: services.core.command_rules.matches_topic)."""
 
     kind: Literal["delete_topic"] = "delete_topic"
     topic: Label

@@ -1,7 +1,7 @@
 """Semantic synthesis by the LLM (optional): the model words a topic's memory, the rules decide everything else.
 
 Which topics exist, their members, ids and versions stay the rule path's
-(agents.maintenance.logic), so a pass is as idempotent with a model as
+(agents.maintenance.rules), so a pass is as idempotent with a model as
 without: only the text of a new semantic version changes. The model is
 asked before the pass's write transaction, from a plan made on a plain read,
 never while the user's rows are locked; the write re-plans and takes a

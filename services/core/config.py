@@ -137,7 +137,7 @@ class Settings(BaseSettings):
     decay_after_days: float = 7.0
     prune_below: float = 0.1
     prune_after_days: float = 30.0
-    # Patterns (agents/maintenance/logic.py, chosen on tests/bench/patterns.py): at least this many episodes
+    # Patterns (agents/maintenance/rules/patterns.py, chosen on tests/bench/patterns.py): at least this many episodes
     # whose mean cosine is this many standard deviations above the user's typical pair of episodes, the
     # user's pairs pooled with this many pairs of unrelated episodes (the prior of a short history).
     pattern_min_episodes: int = 5
@@ -223,7 +223,7 @@ class Settings(BaseSettings):
 
         return with_passfile(dsn, Path(info.data.get("data_dir", Path(".memstream"))))
 
-    # --- memory commands (services/api/memory_routes.py, agents/consolidator/commands.py) ---
+    # --- memory commands (services/api/command_routes.py, services/api/transfer_routes.py, agents/consolidator/commands.py) ---
     # Seconds a command may wait for the broker's acknowledgement before the route answers 503.
     command_ack_timeout: float = 1.5
     # `?wait=true`: seconds to wait for a command to show in Postgres and the index before answering 202

@@ -7,7 +7,7 @@ chunk, the summarizer's extractive episode (agents/summarizer: `summarize`
 weighing words against the tenant's corpus counts, here those of the whole
 set, then `candidate_for`), its MiniLM vector (int8, the pipeline's default),
 the consolidator's new record;
-then one maintenance pass (agents/maintenance/logic.plan_user) over each
+then one maintenance pass (agents/maintenance/rules/plan.plan_user) over each
 user's episodes, and its `pattern` memories are compared with the labels.
 
 - pairs: two sessions in one found pattern are a true pair when they share a

@@ -1,4 +1,4 @@
-"""Where a replayed topic ends, when the broker's own "latest offset" cannot be trusted (services/rebuild/log_end)."""
+"""Where a replayed topic ends, when the broker's own "latest offset" cannot be trusted (services/kafka/log_end.py)."""
 
 from __future__ import annotations
 
