@@ -17,7 +17,8 @@ from pathlib import Path
 
 import psycopg
 
-from ops.embedded import Child, ensure_database, postgres_child, wait_until
+from ops.embedded.postgres import ensure_database, postgres_child
+from ops.embedded.supervision import Child, wait_until
 from services.core.config import Settings
 from services.core.pgpass import with_passfile
 from services.runtime import Runtime

@@ -61,7 +61,7 @@ def postgres_for_rebuild(settings: Settings) -> Iterator[Settings]:
         return
     if not (settings.pg_data / "PG_VERSION").exists():
         raise StackError(f"Postgres at {settings.pg_dsn} does not answer and {settings.pg_data} holds no database")
-    from ops.embedded import ensure_database, postgres_child
+    from ops.embedded.postgres import ensure_database, postgres_child
 
     log_dir = settings.data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)

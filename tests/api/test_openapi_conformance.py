@@ -53,7 +53,8 @@ from schemathesis.config import ChecksConfig
 from schemathesis.core.failures import FailureGroup
 from schemathesis.core.result import Ok
 
-from ops.embedded import Child, broker_argv
+from ops.embedded.broker import broker_argv
+from ops.embedded.supervision import Child
 from ops.topics import create_topics, load_specs
 from schemas.validation import LONE_SURROGATE, has_surrogate
 from services.auth import Role

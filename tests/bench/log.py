@@ -39,7 +39,10 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ops.embedded import Child, _free_port, _tcp_open, broker_child, wait_until
+from ops.embedded.broker import broker_child
+from ops.embedded.supervision import Child, wait_until
+from ops.embedded.supervision import free_port as _free_port
+from ops.embedded.supervision import tcp_open as _tcp_open
 from services.core.config import Settings
 
 RESULTS = Path("bench-results")

@@ -22,7 +22,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from ops.embedded import hba_trusts
+from ops.embedded.postgres import hba_trusts
 from services.core.config import Settings
 from services.core.kafka_auth import aiokafka_kwargs
 from services.core.pgpass import passfile_path, read_password

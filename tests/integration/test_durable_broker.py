@@ -25,7 +25,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from agents.housekeeping import partition_lag
-from ops.embedded import Child, _free_port, _tcp_open, broker_child, kafka_store_child, wait_until
+from ops.embedded.broker import broker_child, kafka_store_child
+from ops.embedded.supervision import Child, free_port, tcp_open, wait_until
 from services.core.config import Settings
 from tests.bench.probe import pin_to_log_end
 
@@ -37,7 +38,7 @@ class Broker:
     settings: Settings
     log_dir: Path
     storage: str
-    store_port: int = field(default_factory=_free_port)
+    store_port: int = field(default_factory=free_port)
     children: list[Child] = field(default_factory=list)
 
     @property
@@ -51,7 +52,7 @@ class Broker:
         if self.storage == "s3":
             store = kafka_store_child(self.settings, self.store_port, self.log_dir)
             store.start()
-            wait_until(lambda: _tcp_open("127.0.0.1", self.store_port), 30, "store")
+            wait_until(lambda: tcp_open("127.0.0.1", self.store_port), 30, "store")
             self.children = [store]
             endpoint = f"http://127.0.0.1:{self.store_port}"
         broker = broker_child(self.settings, self.log_dir, s3_endpoint=endpoint)
@@ -73,7 +74,7 @@ class Broker:
 
 def make_broker(tmp_path: Path, storage: str) -> Iterator[Broker]:
     (tmp_path / "logs").mkdir()
-    settings = Settings(data_dir=tmp_path, kafka_bootstrap=f"127.0.0.1:{_free_port()}")
+    settings = Settings(data_dir=tmp_path, kafka_bootstrap=f"127.0.0.1:{free_port()}")
     broker = Broker(settings, tmp_path / "logs", storage)
     broker.start()
     try:

@@ -36,17 +36,8 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import KafkaError as KafkaError_
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from ops.embedded import (
-    Child,
-    _free_port,
-    _tcp_open,
-    broker_argv,
-    broker_child,
-    gate_child,
-    kafka_users_path,
-    register_kafka_user,
-    wait_until,
-)
+from ops.embedded.broker import broker_argv, broker_child, gate_child, kafka_users_path, register_kafka_user
+from ops.embedded.supervision import Child, free_port, tcp_open, wait_until
 from ops.kafka_gate import _address, _pump
 from ops.scram import UserStore
 from services.core.config import Settings
@@ -89,7 +80,7 @@ def running(*children: Child) -> Iterator[None]:
 def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gated]:
     data = Path(tmp_path_factory.mktemp("sasl"))
     (data / "logs").mkdir()
-    bootstrap = f"127.0.0.1:{_free_port()}"
+    bootstrap = f"127.0.0.1:{free_port()}"
     settings = Settings(
         data_dir=data,
         kafka_bootstrap=bootstrap,
@@ -98,12 +89,12 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gated]:
         kafka_sasl_password=PASSWORD,
     )
     register_kafka_user(settings)
-    private = f"127.0.0.1:{_free_port()}"
+    private = f"127.0.0.1:{free_port()}"
     broker = broker_child(settings, data / "logs", listen=private)
     gate = gate_child(settings, private, data / "logs")
     with running(broker, gate):
-        wait_until(lambda: _tcp_open("127.0.0.1", int(private.rsplit(":", 1)[1])), 30, "tansu")
-        wait_until(lambda: _tcp_open("127.0.0.1", int(bootstrap.rsplit(":", 1)[1])), 30, "gate")
+        wait_until(lambda: tcp_open("127.0.0.1", int(private.rsplit(":", 1)[1])), 30, "tansu")
+        wait_until(lambda: tcp_open("127.0.0.1", int(bootstrap.rsplit(":", 1)[1])), 30, "gate")
         yield Gated(settings, bootstrap, data / "logs", private)
 
 
@@ -153,11 +144,11 @@ async def produce_and_read_back(settings: Settings, topic: str, value: bytes) ->
 
 def test_tansus_own_authentication_refuses_even_the_users_tansu_user_create_made(tmp_path: Path) -> None:
     """Why the gate: the bundled tansu (memory storage) neither stores a SCRAM user nor lets `user create` in."""
-    port = _free_port()
+    port = free_port()
     argv = [*broker_argv(f"127.0.0.1:{port}"), "--authentication"]
     broker = Child("tansu-auth", argv, tmp_path)
     with running(broker):
-        wait_until(lambda: _tcp_open("127.0.0.1", port), 30, "tansu")
+        wait_until(lambda: tcp_open("127.0.0.1", port), 30, "tansu")
         create = subprocess.run(
             [argv[0], "user", "create", "--broker", f"tcp://127.0.0.1:{port}", "alice", PASSWORD],
             capture_output=True,
@@ -567,7 +558,7 @@ async def test_an_unauthenticated_client_never_reaches_the_broker_and_is_closed_
 
     counting = await asyncio.start_server(relay, "127.0.0.1", 0)
     relay_port = counting.sockets[0].getsockname()[1]
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "-m", "ops.kafka_gate", "--listen", f"127.0.0.1:{port}", "--upstream"]
     argv += [f"127.0.0.1:{relay_port}", "--users", str(kafka_users_path(gated.settings))]
     gate = Child("kafka-gate-deadline", argv, tmp_path, env={**os.environ, "MEMSTREAM_KAFKA_GATE_AUTH_DEADLINE": "1.5"})

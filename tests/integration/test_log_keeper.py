@@ -26,7 +26,10 @@ from aiokafka import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ops.embedded import Child, _free_port, _tcp_open, broker_child, wait_until
+from ops.embedded.broker import broker_child
+from ops.embedded.supervision import Child, wait_until
+from ops.embedded.supervision import free_port as _free_port
+from ops.embedded.supervision import tcp_open as _tcp_open
 from services.core.config import Settings
 
 FAST_KEEPER = ["--keeper-interval", "0.5", "--keeper-settle", "1", "--keeper-max-delay", "1", "--keeper-grace", "2"]

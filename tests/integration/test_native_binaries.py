@@ -338,7 +338,10 @@ def test_postgres_and_pgvector_run_on_avx2(emulated_cpu: dict[str, bool], tmp_pa
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from ops.embedded import _as_user, _open_path_for, _system_user, pg_bin
+    from ops.embedded.postgres import open_path_for as _open_path_for
+    from ops.embedded.postgres import pg_bin
+    from ops.embedded.postgres import system_user as _system_user
+    from ops.embedded.supervision import as_user as _as_user
 
     assert QEMU is not None
     started = time.monotonic()
@@ -419,7 +422,7 @@ async def test_tansu_broker_runs_on_avx2(emulated_cpu: dict[str, bool], tmp_path
     """memstream's topics, producer and a consumer group against the emulated broker."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from ops.embedded import broker_argv
+    from ops.embedded.broker import broker_argv
     from ops.topics import create_topics, load_specs
     from schemas import TurnEvent, loads
     from services.kafka.producer import TURNS_TOPIC, TurnProducer

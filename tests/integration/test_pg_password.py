@@ -12,18 +12,17 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from ops.embedded import (
-    Child,
-    _as_user,
-    _open_path_for,
-    _system_user,
+from ops.embedded.postgres import (
     hba_trusts,
     pg_bin,
     pg_password,
     postgres_child,
     require_password,
-    wait_until,
 )
+from ops.embedded.postgres import open_path_for as _open_path_for
+from ops.embedded.postgres import system_user as _system_user
+from ops.embedded.supervision import Child, wait_until
+from ops.embedded.supervision import as_user as _as_user
 from services.core.config import Settings
 from services.core.errors import StackError
 from services.core.pgpass import passfile_path, read_password, with_passfile

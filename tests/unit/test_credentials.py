@@ -14,7 +14,7 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ValidationError
 
-from ops.embedded import hba_trusts, hba_without_trust
+from ops.embedded.postgres import hba_trusts, hba_without_trust
 from ops.kafka_gate import authenticate_response, handshake_response
 from ops.scram import AuthFailed, Credential, ScramServer, UserStore, make_credential
 from services.core.config import Settings

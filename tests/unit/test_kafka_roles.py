@@ -48,7 +48,7 @@ def test_memstreams_own_user_is_registered_as_a_worker_again_whatever_was_stored
     """`kafka-users add memstream --role producer` with the same password must not leave the stack a producer."""
     from pydantic import SecretStr
 
-    from ops.embedded import kafka_users_path, register_kafka_user
+    from ops.embedded.broker import kafka_users_path, register_kafka_user
     from services.core.config import Settings
 
     settings = Settings(

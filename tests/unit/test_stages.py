@@ -134,14 +134,14 @@ def test_a_process_without_the_window_has_no_leader_jobs(tmp_path: Path) -> None
 
 
 def test_one_worker_is_one_process_running_everything() -> None:
-    from ops.embedded import app_argv
+    from ops.embedded.app import app_argv
 
     argv = app_argv(Settings())
     assert argv[-3:] == ["services.cli", "worker", "--with-api"]
 
 
 def test_more_workers_leave_the_app_the_index_stage_alone(tmp_path: Path) -> None:
-    from ops.embedded import app_argv, worker_child
+    from ops.embedded.app import app_argv, worker_child
 
     settings = Settings(workers=3, worker_metrics_port=9500)
     assert app_argv(settings)[-4:] == ["worker", "--with-api", "--stages", "qdrant_sink"]
