@@ -289,7 +289,7 @@ def _step(server: ScramServer, message: bytes) -> tuple[bytes | None, bool]:
         if server.username is None:
             return server.first(message), False
         return server.final(message), True
-    except (AuthFailed, UnicodeDecodeError) as exc:
+    except AuthFailed as exc:
         log.debug("SCRAM step failed: %s", exc)
         return None, True
 

@@ -1,16 +1,25 @@
-"""SCRAM-SHA-256/512 (RFC 5802, RFC 7677) as a Kafka broker speaks it, and the users it checks.
+"""SCRAM-SHA-256/512 (RFC 5802, RFC 7677) for the Kafka gate: the users it checks, and one exchange's server side.
 
-Pure logic and one JSON file: the gate in ops/kafka_gate.py does the I/O.
-Users are stored as Kafka stores them: salt, iteration count, StoredKey and
-ServerKey per mechanism, never the password, so the file cannot be used to
-log in, only to check a login (it is still mode 0600: it allows an offline
-guess at weak passwords).
+The SCRAM itself (salted keys, message parsing, proofs, signatures) is the
+scramp library's. What is ours:
+- the users file: salt, iteration count, StoredKey and ServerKey per
+  mechanism, as Kafka stores them, never the password, so the file cannot
+  be used to log in, only to check a login (it is still mode 0600: it
+  allows an offline guess at weak passwords). These are exactly the four
+  values scramp's server asks for, so files written before scramp was used
+  still verify unchanged;
+- an unknown user gets a decoy salt and fails at the proof like a wrong
+  password, so the exchange does not tell which user names exist;
+- names and passwords that SASLprep (RFC 4013) would change are refused.
+  scramp prepares a password before deriving its keys, as RFC 5802 asks;
+  Kafka's clients (aiokafka, librdkafka, the Java client) do not. For a
+  password that preparation changes, the stored keys would never match
+  what a client proves, so such a user is refused when it is added.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import json
 import os
@@ -19,11 +28,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from scramp import ScramException, ScramMechanism  # type: ignore[import-untyped]
+from scramp.utils import ServerError, saslprep  # type: ignore[import-untyped]
+
 from ops.kafka_acl import DEFAULT_ROLE, ROLES, WORKER
 
-MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 # Kafka's minimum is 4096; tansu's `user create` default is 8192.
 ITERATIONS = 8192
+_SCRAMP = {name: ScramMechanism(name) for name in MECHANISMS}
 _PROCESS_KEY = secrets.token_bytes(32)
 
 
@@ -55,115 +68,99 @@ class Credential:
             base64.b64decode(str(data["server_key"])),
         )
 
+    def auth_info(self) -> tuple[bytes, bytes, bytes, int]:
+        """What scramp's server asks of a user: (salt, StoredKey, ServerKey, iteration count)."""
+        return self.salt, self.stored_key, self.server_key, self.iterations
+
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _hmac(digest: str, key: bytes, message: bytes) -> bytes:
-    return hmac.new(key, message, digest).digest()
+def _refuse_if_prepared(value: str, what: str) -> None:
+    """Refuse `value` unless SASLprep leaves it as it is (see the module's docstring)."""
+    try:
+        prepared = saslprep(value)
+    except ScramException as exc:
+        raise ValueError(f"this {what} cannot be used with SCRAM: {exc}") from None
+    if prepared != value:
+        raise ValueError(
+            f"this {what} changes under SASLprep (RFC 4013), which Kafka clients do not apply:"
+            " avoid unusual spaces, invisible characters and compatibility forms (NFKC)"
+        )
 
 
 def make_credential(
     mechanism: str, password: str, *, salt: bytes | None = None, iterations: int = ITERATIONS
 ) -> Credential:
-    digest = MECHANISMS[mechanism]
-    salt = salt if salt is not None else secrets.token_bytes(24)
-    salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
-    client_key = _hmac(digest, salted, b"Client Key")
-    return Credential(salt, iterations, hashlib.new(digest, client_key).digest(), _hmac(digest, salted, b"Server Key"))
+    """The stored keys for `password` (a new random salt unless given); ValueError when it cannot be stored."""
+    _refuse_if_prepared(password, "password")
+    try:
+        salt_, stored_key, server_key, count = _SCRAMP[mechanism].make_auth_info(
+            password, iteration_count=iterations, salt=salt
+        )
+    except ScramException as exc:
+        raise ValueError(f"no {mechanism} credential: {exc}") from None
+    return Credential(bytes(salt_), int(count), bytes(stored_key), bytes(server_key))
 
 
-def _attributes(message: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for part in message.split(","):
-        name, sep, value = part.partition("=")
-        if not sep or len(name) != 1:
-            raise AuthFailed(f"malformed SCRAM attribute {part[:20]!r}")
-        found[name] = value
-    return found
-
-
-def _sasl_name(value: str) -> str:
-    """RFC 5802 saslname: ',' and '=' arrive as '=2C' and '=3D'; any other '=' is malformed."""
-    if "=" in value.replace("=2C", "").replace("=3D", ""):
-        raise AuthFailed("malformed user name")
-    return value.replace("=2C", ",").replace("=3D", "=")
+def _decoy(mechanism: str, username: str) -> Credential:
+    """A credential nobody can prove, with a salt that is the same for a name each time within a process."""
+    salt = hmac.new(_PROCESS_KEY, f"{mechanism}:{username}".encode(), "sha256").digest()[:24]
+    return Credential(salt, ITERATIONS, secrets.token_bytes(64), secrets.token_bytes(64))
 
 
 class ScramServer:
-    """One server side of one SCRAM exchange: `first()` then `final()`.
+    """One server side of one SCRAM exchange: `first()` then `final()`, each raising AuthFailed when it fails.
 
-    An unknown user gets a made-up salt (the same one each time within a
-    process) and fails at the proof like a wrong password, so the exchange
-    does not tell which user names exist.
+    `username` is set once the client's first message named one. A users
+    file that cannot be read is not an authentication failure: that error
+    propagates as it is.
     """
 
     def __init__(self, mechanism: str, lookup: Callable[[str], Credential | None], nonce: str | None = None) -> None:
-        if mechanism not in MECHANISMS:
+        if mechanism not in _SCRAMP:
             raise AuthFailed(f"unsupported mechanism {mechanism}")
         self.mechanism = mechanism
-        self._digest = MECHANISMS[mechanism]
-        self._lookup = lookup
-        self._server_nonce = nonce or secrets.token_urlsafe(24)
         self.username: str | None = None
-        self._credential: Credential | None = None
+        self._lookup = lookup
         self._known = False
-        self._client_first_bare = ""
-        self._server_first = ""
-        self._nonce = ""
-        self._gs2 = ""
+        self._lookup_error: Exception | None = None
+        try:
+            self._server = _SCRAMP[mechanism].make_server(self._auth_info, s_nonce=nonce)
+        except ScramException as exc:
+            raise AuthFailed(str(exc)) from None
+
+    def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
+        self.username = username
+        try:
+            credential = self._lookup(username)
+        except Exception as exc:
+            self._lookup_error = exc
+            raise
+        self._known = credential is not None
+        return (credential or _decoy(self.mechanism, username)).auth_info()
 
     def first(self, message: bytes) -> bytes:
-        text = message.decode("utf-8", errors="strict")
-        flag, sep, rest = text.partition(",")
-        authzid, sep2, bare = rest.partition(",")
-        if not (sep and sep2) or flag not in ("n", "y"):
-            raise AuthFailed("channel binding is not supported")
-        attrs = _attributes(bare)
-        if "m" in attrs or set(attrs) - {"n", "r"}:
-            raise AuthFailed("SCRAM extensions (delegation tokens) are not supported")
-        if "n" not in attrs or not attrs.get("r"):
-            raise AuthFailed("client-first-message lacks a user or a nonce")
-        self.username = _sasl_name(attrs["n"])
-        if authzid and _sasl_name(authzid.removeprefix("a=")) != self.username:
-            raise AuthFailed("authorization id differs from the user")
-        self._gs2 = f"{flag},{authzid},"
-        credential = self._lookup(self.username)
-        self._known = credential is not None
-        self._credential = credential or self._decoy(self.username)
-        self._client_first_bare = bare
-        self._nonce = attrs["r"] + self._server_nonce
-        self._server_first = f"r={self._nonce},s={_b64(self._credential.salt)},i={self._credential.iterations}"
-        return self._server_first.encode()
+        try:
+            self._server.set_client_first(message.decode("utf-8", errors="strict"))
+            return str(self._server.get_server_first()).encode()
+        except (ScramException, UnicodeDecodeError) as exc:
+            if self._lookup_error is not None:
+                raise self._lookup_error from None
+            raise AuthFailed(str(exc)) from None
 
     def final(self, message: bytes) -> bytes:
-        if self._credential is None:
-            raise AuthFailed("client-final-message before client-first-message")
-        text = message.decode("utf-8", errors="strict")
-        without_proof, sep, proof_b64 = text.rpartition(",p=")
-        if not sep:
-            raise AuthFailed("client-final-message lacks a proof")
-        attrs = _attributes(without_proof)
-        if attrs.get("c") != _b64(self._gs2.encode()) or attrs.get("r") != self._nonce:
-            raise AuthFailed("channel binding or nonce mismatch")
-        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
-        signature = _hmac(self._digest, self._credential.stored_key, auth_message)
         try:
-            proof = base64.b64decode(proof_b64, validate=True)
-        except ValueError as exc:
-            raise AuthFailed("malformed proof") from exc
-        if len(proof) != len(signature):
-            raise AuthFailed("malformed proof")
-        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
-        matches = hmac.compare_digest(hashlib.new(self._digest, client_key).digest(), self._credential.stored_key)
-        if not (matches and self._known):
+            self._server.set_client_final(message.decode("utf-8", errors="strict"))
+            answer = str(self._server.get_server_final())
+        except (ScramException, UnicodeDecodeError) as exc:
+            if getattr(exc, "server_error", None) is ServerError.INVALID_PROOF:
+                raise AuthFailed(f"invalid credentials for {self.username!r}") from None
+            raise AuthFailed(str(exc)) from None
+        if not self._known:  # a decoy's random keys cannot be proved; refused here all the same
             raise AuthFailed(f"invalid credentials for {self.username!r}")
-        return b"v=" + base64.b64encode(_hmac(self._digest, self._credential.server_key, auth_message))
-
-    def _decoy(self, username: str) -> Credential:
-        salt = _hmac("sha256", _PROCESS_KEY, f"{self.mechanism}:{username}".encode())[:24]
-        return Credential(salt, ITERATIONS, secrets.token_bytes(32), secrets.token_bytes(32))
+        return answer.encode()
 
 
 class UserStore:
@@ -213,15 +210,16 @@ class UserStore:
         """What the gate enforces: the stored role, else DEFAULT_ROLE."""
         return self.role(name) or DEFAULT_ROLE
 
-    def put(self, name: str, password: str, mechanisms: Iterable[str] = tuple(MECHANISMS), role: str = WORKER) -> None:
+    def put(self, name: str, password: str, mechanisms: Iterable[str] = MECHANISMS, role: str = WORKER) -> None:
         """Add or replace a user, for every mechanism (a client may pick either), in `role`.
 
-        The default role is the one memstream's own user needs (ops/embedded.py
-        registers it with this call); a chat service's user is given its role
-        by `memstream kafka-users add --role`.
+        The default role is the one memstream's own user needs
+        (ops/embedded/broker.py registers it with this call); a chat
+        service's user is given its role by `memstream kafka-users add --role`.
         """
         if not name or "," in name or "=" in name:
             raise ValueError("a Kafka user name must be non-empty, without ',' or '='")
+        _refuse_if_prepared(name, "user name")
         if role not in ROLES:
             raise ValueError(f"a Kafka role is one of {', '.join(ROLES)}, not {role!r}")
         users = dict(self.users())
@@ -238,13 +236,16 @@ class UserStore:
     def verify(self, name: str, password: str) -> bool:
         """Whether `password` is the one stored for `name` (all mechanisms agree)."""
         stored = self.users().get(name, {})
-        return bool(stored) and all(
-            hmac.compare_digest(
-                make_credential(mech, password, salt=cred.salt, iterations=cred.iterations).stored_key,
-                cred.stored_key,
+        try:
+            return bool(stored) and all(
+                hmac.compare_digest(
+                    make_credential(mech, password, salt=cred.salt, iterations=cred.iterations).stored_key,
+                    cred.stored_key,
+                )
+                for mech, cred in stored.items()
             )
-            for mech, cred in stored.items()
-        )
+        except (ValueError, KeyError):  # a password we would not store, or a mechanism we do not know
+            return False
 
     def _write(self, users: dict[str, dict[str, Credential]], roles: dict[str, str]) -> None:
         """Atomically (write + rename), mode 0600 from the start."""

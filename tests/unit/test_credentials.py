@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import re
 import stat
 from pathlib import Path
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 
 from ops.embedded.postgres import hba_trusts, hba_without_trust
 from ops.kafka_gate import authenticate_response, handshake_response
-from ops.scram import AuthFailed, Credential, ScramServer, UserStore, make_credential
+from ops.scram import MECHANISMS, AuthFailed, Credential, ScramServer, UserStore, make_credential
 from services.core.config import Settings
 from services.core.kafka_auth import aiokafka_kwargs, confluent_config, faust_credentials
 from services.core.pgpass import passfile_path, read_password, with_passfile, write_passfile
@@ -162,6 +163,50 @@ def test_a_replayed_final_message_with_another_nonce_is_refused() -> None:
     server.first(b"n,,n=u,r=abc")
     with pytest.raises(AuthFailed, match="nonce"):
         server.final(b"c=biws,r=abcSOMETHINGELSE,p=AAAA")
+
+
+def _kafka_style_keys(mechanism: str, password: str, salt: bytes, iterations: int) -> dict[str, str | int]:
+    """A stored credential derived as Kafka derives it (plain UTF-8 password, no SASLprep), in the file's format."""
+    digest = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
+    salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    stored, server = hashlib.new(digest, client_key).digest(), hmac.new(salted, b"Server Key", digest).digest()
+    encoded = {"salt": salt, "stored_key": stored, "server_key": server}
+    return {"iterations": iterations, **{name: base64.b64encode(value).decode() for name, value in encoded.items()}}
+
+
+def test_a_users_file_written_before_keeps_verifying_and_logging_in(tmp_path: Path) -> None:
+    """The file format did not change: keys derived independently of the library still check out."""
+    path = tmp_path / "kafka-users.json"
+    by_mech = {m: _kafka_style_keys(m, "old-pw", b"0123456789abcdef01234567", 8192) for m in MECHANISMS}
+    path.write_text(json.dumps({"users": {"chat": by_mech}, "roles": {"chat": "producer"}}))
+    store = UserStore(path)
+    assert store.verify("chat", "old-pw")
+    assert not store.verify("chat", "new-pw")
+    for mechanism in MECHANISMS:
+        assert _login(ScramServer(mechanism, store.lookup(mechanism)), "chat", "old-pw").startswith(b"v=")
+    store.put("chat", "new-pw", role="producer")  # written again in the same format
+    assert set(json.loads(path.read_text())["users"]["chat"]["SCRAM-SHA-512"]) == set(by_mech["SCRAM-SHA-512"])
+
+
+@pytest.mark.parametrize("password", ["pass\u00a0word", "bell\x07", "\ufb01le"])
+def test_a_password_kafka_clients_would_prove_differently_is_refused(tmp_path: Path, password: str) -> None:
+    """SASLprep would change these (a no-break space, a control character, a ligature); Kafka clients do not."""
+    store = UserStore(tmp_path / "kafka-users.json")
+    with pytest.raises(ValueError, match=r"SASLprep|cannot be used"):
+        store.put("chat", password)
+    assert not store.verify("chat", password)
+    store.put("chat", "pässwörd")  # ordinary Unicode is fine
+    assert store.verify("chat", "pässwörd")
+    assert _login(ScramServer("SCRAM-SHA-256", store.lookup("SCRAM-SHA-256")), "chat", "pässwörd").startswith(b"v=")
+
+
+def test_an_unreadable_users_file_is_not_taken_for_a_failed_login() -> None:
+    def broken(_: str) -> Credential | None:
+        raise OSError("users file unreadable")
+
+    with pytest.raises(OSError, match="unreadable"):
+        ScramServer("SCRAM-SHA-256", broken).first(b"n,,n=chat,r=abc")
 
 
 def test_the_users_file_is_private_keeps_no_password_and_is_reread_when_changed(tmp_path: Path) -> None:
