@@ -1,7 +1,7 @@
 """The embedded broker as `memstream up` runs it: tansu on S3 storage served by ops/s3store.py.
 
 Both processes are started by the same functions the stack uses
-(ops/embedded.py), killed with SIGKILL (no chance to flush anything), and
+(ops/embedded/broker.py), killed with SIGKILL (no chance to flush anything), and
 started again on the same files: what was acknowledged must come back byte
 for byte, committed offsets included.
 """

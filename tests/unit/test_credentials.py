@@ -249,7 +249,7 @@ def test_handshake_and_authenticate_responses_are_encoded_as_kafka_expects() -> 
     assert v2 == b"\x00\x00\x00\x07" + b"\x00" + b"\x00\x00" + b"\x00" + b"\x06v=abc" + b"\x00" * 8 + b"\x00"
 
 
-# --- the Postgres password file (services/core/pgpass.py) and pg_hba.conf rules (ops/embedded.py) ---
+# --- the Postgres password file (services/core/pgpass.py) and pg_hba.conf rules (ops/embedded/postgres.py) ---
 
 
 def test_the_password_file_is_private_and_scoped_to_one_server_and_user(tmp_path: Path) -> None:
