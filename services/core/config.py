@@ -245,14 +245,14 @@ class Settings(BaseSettings):
     # ... and gives up (StoreUnavailable) when no record arrives this long before it reached those offsets.
     archive_stall_seconds: float = 60.0
 
-    # --- stages that scale apart (services/core/stages.py, ops/embedded.py) ---
+    # --- stages that scale apart (services/core/stages.py, ops/embedded/app.py) ---
     # Worker processes `memstream up` runs. 1: one process runs every stage and the read service.
     # N > 1: the read service with the index stage (the Qdrant Edge shard's one owner) in one process,
     # and N processes running every other stage, each stage one consumer group shared by the N.
     # Worker i (1-based) serves its metrics on worker_metrics_port + i - 1.
     workers: int = Field(1, ge=1, le=16)
 
-    # --- a durable embedded log (ops/embedded.py, ops/s3store.py) ---
+    # --- a durable embedded log (ops/embedded/broker.py, ops/s3store.py) ---
     # Where `memstream up`'s tansu keeps topics and consumer offsets. s3: files under data_dir/kafka, served by
     # ops/s3store.py, kept across restarts. memory: gone when the broker stops (topics declared again at start).
     kafka_storage: Literal["s3", "memory"] = "s3"

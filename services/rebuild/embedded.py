@@ -26,7 +26,7 @@ from services.core.pgpass import with_passfile
 
 log = logging.getLogger("memstream.rebuild")
 
-# What the app's command line holds (ops/embedded.py starts `services.cli worker --with-api`).
+# What the app's command line holds (ops/embedded/app.py starts `services.cli worker --with-api`).
 _APP_MARKERS = (b"services.cli", b"memstream")
 START_TIMEOUT = 120.0
 
