@@ -1,10 +1,18 @@
-"""Publishing the outbox: after the commit, and again by a relay for anything left behind."""
+"""Publishing the outbox: the one way a committed row reaches Kafka.
+
+Every writer of outbox rows publishes through `publish`: the window and
+maintenance stages, the commands stage, the relay for rows left behind, and
+`memstream maintain` over its own producer. What differs between them is
+data: where the rows are deleted from, the topic handles a row's topic name
+routes to, the stage its metrics count for, and an optional hook between the
+broker's acknowledgement and the delete (a crash point in the tests).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import faust
@@ -13,19 +21,24 @@ from agents.housekeeping import survive
 from services.core import metrics
 from services.kafka.producer import acknowledged
 from services.runtime import Runtime
-from services.stores.postgres import OutboxMessage
+from services.stores.postgres import Outbox, OutboxMessage
 
 log = logging.getLogger(__name__)
 
 
 async def publish(
-    rt: Runtime,
-    topics_by_name: dict[str, Any],
+    rows: Runtime | Outbox,
+    topics_by_name: Mapping[str, Any],
     stage: str,
     messages: Sequence[OutboxMessage],
     on_sent: Callable[[], None] | None = None,
 ) -> None:
     """Send in order, wait once for the broker to have them all, then forget them.
+
+    `rows`: the outbox the rows are deleted from (a worker's Runtime holds
+    its own). `topics_by_name`: a handle per base topic name, as rows name
+    their topic (a generation's handles for its own topics); a handle needs
+    only `send(key=, value=)` returning an awaitable acknowledgement.
 
     A failure before the delete leaves the rows to be sent again: a duplicate
     downstream (idempotent there), never a loss. A send the broker does not
@@ -41,10 +54,11 @@ async def publish(
         metrics.EVENTS_OUT.labels(stage=stage, topic=topic_name).inc(count)
     if on_sent is not None:
         on_sent()
-    await rt.outbox.delete([m.id for m in unique])
+    outbox = rows.outbox if isinstance(rows, Runtime) else rows
+    await outbox.delete([m.id for m in unique])
 
 
-def register_relay(app: faust.App, rt: Runtime, topics_by_name: dict[str, Any], interval: float) -> None:
+def register_relay(app: faust.App, rt: Runtime, topics_by_name: Mapping[str, Any], interval: float) -> None:
     """Every `interval` seconds, send what no stage sent within that time."""
 
     async def relay_once() -> None:

@@ -39,7 +39,8 @@ import faust
 from agents.consolidator import archived as archive
 from agents.consolidator import command_plan as plan
 from agents.consolidator.apply.candidate import apply_candidate
-from agents.stage import batched_agent, send_all
+from agents.outbox import publish
+from agents.stage import batched_agent
 from agents.topics import Topics
 from schemas import ChangeOp, MemoryChange, MemoryStatus, partition_key
 from schemas.commands import (
@@ -55,7 +56,7 @@ from schemas.commands import (
     ImportPart,
     UserForgotten,
 )
-from services.archive.changes import ChangeSealer, Message
+from services.archive.changes import ChangeSealer
 from services.archive.codec import ArchiveRecord
 from services.core import metrics
 from services.core import topics as topic_names
@@ -70,7 +71,6 @@ from services.stores.postgres.locks import lock_users
 
 STAGE = "commands"
 ACCESS_STAGE = "commands_access"  # a generation's: access marks only
-_store = CommandStore()
 log = logging.getLogger(__name__)
 Published = MemoryChange | UserForgotten
 
@@ -94,14 +94,14 @@ def tally(commands: list[AccessCommand]) -> list[Access]:
 
 @dataclass
 class Applied:
-    """What a batch publishes, in commit order: its changes, each with its outbox row (access marks publish none).
+    """What a batch publishes, in commit order: its changes' outbox rows, then its archive records.
 
     Each change is sealed as it is queued, in the batch's transaction (`sealer`), so what the outbox holds and
-    what `publish` sends are the same bytes.
+    what `publish` sends are the same bytes. Access marks publish nothing.
     """
 
     sealer: ChangeSealer
-    messages: list[tuple[Published, Message, OutboxMessage | None]] = field(default_factory=list)
+    changes: list[OutboxMessage] = field(default_factory=list)
     # memory.archive records of the applied commands (and leftovers of their scopes), in order.
     archive: list[OutboxMessage] = field(default_factory=list)
 
@@ -111,27 +111,29 @@ class Applied:
             record_part = (
                 [change.record.id, str(change.record.version)] if isinstance(change, MemoryChange) else ["forgotten"]
             )
-            message = OutboxMessage(
-                id=stable_id("outbox", change.tenant_id, change.user_id, "command", command_id, *record_part),
-                scope=partition_key(change.tenant_id, change.user_id).decode(),
-                topic=topic_names.CHANGES,
-                key=key,
-                value=value,
+            rows.append(
+                OutboxMessage(
+                    id=stable_id("outbox", change.tenant_id, change.user_id, "command", command_id, *record_part),
+                    scope=partition_key(change.tenant_id, change.user_id).decode(),
+                    topic=topic_names.CHANGES,
+                    key=key,
+                    value=value,
+                )
             )
-            self.messages.append((change, (key, value), message))
-            rows.append(message)
+        self.changes += rows
         return rows
 
     def forget(self, tenant_id: str, user_id: str) -> None:
         """A forgotten user's earlier changes in this batch are never published (their outbox rows are gone too),
         and their key is gone: a later change of theirs in the batch is sealed with a new one."""
-        self.messages = [m for m in self.messages if (m[0].tenant_id, m[0].user_id) != (tenant_id, user_id)]
-        self.archive = [m for m in self.archive if m.scope != partition_key(tenant_id, user_id).decode()]
+        scope = partition_key(tenant_id, user_id).decode()
+        self.changes = [m for m in self.changes if m.scope != scope]
+        self.archive = [m for m in self.archive if m.scope != scope]
         self.sealer.forgotten(tenant_id, user_id)
 
     @property
-    def sealed(self) -> list[Message]:
-        return [message for _, message, _ in self.messages]
+    def rows(self) -> list[OutboxMessage]:
+        return [*self.changes, *self.archive]
 
 
 async def embed_texts(rt: Runtime, commands: Sequence[AnyCommand]) -> tuple[dict[str, list[float]], str]:
@@ -155,7 +157,7 @@ async def embed_texts(rt: Runtime, commands: Sequence[AnyCommand]) -> tuple[dict
     return dict(zip(unique, vectors, strict=True)), model.name
 
 
-async def apply_commands(rt: Runtime, batch: list[AnyCommand]) -> Applied:
+async def apply_commands(rt: Runtime, store: CommandStore, batch: list[AnyCommand]) -> Applied:
     """One transaction: each user's commands in order, each once; returns what to publish."""
     vectors, model = await embed_texts(rt, batch) if _needs_model(batch) else ({}, "")
     now = datetime.now(UTC)
@@ -171,13 +173,13 @@ async def apply_commands(rt: Runtime, batch: list[AnyCommand]) -> Applied:
                 if isinstance(cmd, AccessCommand):
                     marks.append(cmd)
                     continue
-                await _mark(conn, tenant_id, user_id, marks)
+                await _mark(store, conn, tenant_id, user_id, marks)
                 marks = []
-                if await _store.claim(conn, tenant_id, user_id, [cmd.command_id]):
-                    await _apply_one(rt, conn, cmd, vectors, model, now, applied)
+                if await store.claim(conn, tenant_id, user_id, [cmd.command_id]):
+                    await _apply_one(rt, store, conn, cmd, vectors, model, now, applied)
                     if rt.settings.generation is None and archive.archived(cmd):
                         await _archive(rt, conn, cmd, applied)
-            await _mark(conn, tenant_id, user_id, marks)
+            await _mark(store, conn, tenant_id, user_id, marks)
     return applied
 
 
@@ -185,7 +187,7 @@ def _needs_model(batch: Sequence[AnyCommand]) -> bool:
     return any(isinstance(c, AddMemory | CorrectMemory | ImportPart) for c in batch)
 
 
-async def _mark(conn: Conn, tenant_id: str, user_id: str, commands: list[AccessCommand]) -> None:
+async def _mark(store: CommandStore, conn: Conn, tenant_id: str, user_id: str, commands: list[AccessCommand]) -> None:
     """A run of access marks: claimed together, one update per memory; claims that marked nothing are dropped.
 
     Nothing is published: access is read traffic, kept in Postgres only, so
@@ -193,15 +195,16 @@ async def _mark(conn: Conn, tenant_id: str, user_id: str, commands: list[AccessC
     """
     if not commands:
         return
-    fresh = await _store.claim(conn, tenant_id, user_id, [c.command_id for c in commands])
+    fresh = await store.claim(conn, tenant_id, user_id, [c.command_id for c in commands])
     # A command repeated within the batch is claimed once and counted once.
     new = list({c.command_id: c for c in commands if c.command_id in fresh}.values())
-    if not await _store.mark_accessed(conn, tenant_id, user_id, tally(new)):
-        await _store.release(conn, tenant_id, user_id, [c.command_id for c in new])
+    if not await store.mark_accessed(conn, tenant_id, user_id, tally(new)):
+        await store.release(conn, tenant_id, user_id, [c.command_id for c in new])
 
 
 async def _apply_one(
     rt: Runtime,
+    store: CommandStore,
     conn: Conn,
     cmd: AnyCommand,
     vectors: dict[str, list[float]],
@@ -227,7 +230,7 @@ async def _apply_one(
                 plan.change(new, ChangeOp.ADDED, vector, cause, now, "corrected"),
             ]
     elif isinstance(cmd, DeleteMemory | DeleteSession | DeleteTopic):
-        changes = await _delete(rt, conn, cmd, now)
+        changes = await _delete(rt, store, conn, cmd, now)
     elif isinstance(cmd, ForgetUser):
         deleted = await forget_user(conn, cmd.tenant_id, cmd.user_id)
         applied.forget(cmd.tenant_id, cmd.user_id)
@@ -239,7 +242,7 @@ async def _apply_one(
         return
     elif isinstance(cmd, ImportPart):
         changes = await _import(rt, conn, cmd, vectors, model, now)
-    await _store.record_outcome(conn, cmd.tenant_id, cmd.user_id, cmd.command_id, plan.outcome(changes))
+    await store.record_outcome(conn, cmd.tenant_id, cmd.user_id, cmd.command_id, plan.outcome(changes))
     await rt.outbox.add(conn, await applied.outbox(changes, cmd.command_id))
 
 
@@ -259,17 +262,17 @@ async def _archive(rt: Runtime, conn: Conn, cmd: AnyCommand, applied: Applied) -
 
 
 async def _delete(
-    rt: Runtime, conn: Conn, cmd: DeleteMemory | DeleteSession | DeleteTopic, now: datetime
+    rt: Runtime, store: CommandStore, conn: Conn, cmd: DeleteMemory | DeleteSession | DeleteTopic, now: datetime
 ) -> list[MemoryChange]:
     if isinstance(cmd, DeleteMemory):
         held = await rt.memories.with_vector(conn, cmd.tenant_id, cmd.user_id, cmd.memory_id)
         targets = [held[0]] if held is not None and held[0].status is MemoryStatus.ACTIVE else []
         reason = "deleted"
     elif isinstance(cmd, DeleteSession):
-        targets = await _store.active(conn, cmd.tenant_id, cmd.user_id, session_id=cmd.session_id, lock=True)
+        targets = await store.active(conn, cmd.tenant_id, cmd.user_id, session_id=cmd.session_id, lock=True)
         reason = f"deleted with session {cmd.session_id}"
     else:
-        rows = await _store.active(conn, cmd.tenant_id, cmd.user_id, lock=True)
+        rows = await store.active(conn, cmd.tenant_id, cmd.user_id, lock=True)
         targets = [record for record in rows if matches_topic(record, cmd.topic)]
         reason = f"deleted by topic {cmd.topic!r}"
     changes = []
@@ -287,7 +290,7 @@ async def _import(
     key = (await rt.keys.for_writing(conn, [owner]))[owner]
     memories = plan.imported_memories(cmd, model, key)
     rows = [(i.record, i.vector if i.vector is not None else vectors[i.record.text], i.doc_id) for i in memories]
-    await write_memories(conn, rows)
+    await write_memories(rt.memories, conn, rows)
     await write_turns(conn, plan.imported_turns(cmd))
     await write_sessions(conn, cmd.tenant_id, cmd.user_id, plan.imported_sessions(cmd))
     await write_summaries(conn, cmd.tenant_id, cmd.user_id, cmd.session_summaries)
@@ -295,17 +298,16 @@ async def _import(
     return [plan.change(record, plan.import_op(record), vector, cause, now, "imported") for record, vector, _ in rows]
 
 
-async def publish(rt: Runtime, topics: Topics, applied: Applied) -> None:
-    """Everything in commit order, one wait for the broker; then the outbox rows go (the relay resends leftovers)."""
-    await send_all(topics.changes, STAGE, applied.sealed)
-    archived = list({m.id: m for m in applied.archive}.values())
-    await send_all(topics.archive, STAGE, [(m.key, m.value) for m in archived])
-    await rt.outbox.delete([m.id for _, _, m in applied.messages if m is not None] + [m.id for m in archived])
-
-
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
     rt.open_keys()  # the master key now: changes are sealed per user
+    by_name = topics.by_name()
+    store = CommandStore()
+
+    async def apply_and_publish(commands: list[AnyCommand]) -> None:
+        """One transaction, then its changes and archive records, in commit order (the relay resends leftovers)."""
+        await publish(rt, by_name, STAGE, (await apply_commands(rt, store, commands)).rows)
+
     if s.hold_commands:
         log.info("commands held until the archive's chat events are through (a generation's rebuild, first phase)")
         return
@@ -315,7 +317,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         async def replay(records: list[ArchiveRecord]) -> None:
             found = archive.replayed(records, await keys.current({r.owner for r in records}))
             if found.commands:
-                await publish(rt, topics, await apply_commands(rt, found.commands))
+                await apply_and_publish(found.commands)
             if found.skipped["forgotten"]:
                 metrics.ARCHIVE_SKIPPED.labels(reason="forgotten").inc(found.skipped["forgotten"])
 
@@ -326,7 +328,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         async def access_only(batch: list[CommandMessage]) -> None:
             marks: list[AnyCommand] = [m.root for m in batch if isinstance(m.root, AccessCommand)]
             if marks:
-                await publish(rt, topics, await apply_commands(rt, marks))
+                await apply_and_publish(marks)
 
         batched_agent(
             app,
@@ -342,7 +344,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         return
 
     async def handle(batch: list[CommandMessage]) -> None:
-        await publish(rt, topics, await apply_commands(rt, [message.root for message in batch]))
+        await apply_and_publish([message.root for message in batch])
 
     batched_agent(
         app,

@@ -7,22 +7,23 @@ stored embeddings, not new ones, and an embedded index belongs to the worker.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 from agents.dlq import DeadLetters
-from agents.maintenance.logic import Rules
+from agents.maintenance.rules.config import Rules
 from agents.maintenance.run import run_pass
 from agents.maintenance.synthesis import LLM_INVALID_OUTPUT, llm_synthesis
+from agents.outbox import publish
 from services.archive.keys import KeyStore
 from services.core import topics
 from services.core.config import Settings
 from services.core.kafka_auth import aiokafka_kwargs
 from services.llm import LlmClient
-from services.stores.postgres import Outbox, OutboxMessage, PgPool, migrate
+from services.stores.postgres import Outbox, PgPool, migrate
 
 
 async def maintain_once(settings: Settings, now: datetime, tenant_id: str | None, user_id: str | None) -> Counter[str]:
@@ -43,20 +44,15 @@ async def maintain_once(settings: Settings, now: datetime, tenant_id: str | None
         **aiokafka_kwargs(settings),
     )
 
-    async def publish(messages: Sequence[OutboxMessage]) -> None:
-        """Send all, wait once, then forget the rows; a failure leaves them to the worker's relay."""
-        unique = list({m.id: m for m in messages}.values())
-        pending = [await producer.send(m.topic, key=m.key, value=m.value) for m in unique]
-        for fut in pending:
-            await fut
-        await outbox.delete([m.id for m in unique])
-
+    # The worker's publisher over this producer; a failure leaves the rows to the worker's relay.
+    by_name = {name: _ProducerTopic(producer, name) for name in topics.BY_ROLE.values()}
+    publish_changes = partial(publish, outbox, by_name, "maintenance")
     # Sealing each user's changes (and dead letters) needs their data keys: a writer, so it may create the master key file.
     keys = KeyStore.from_settings(pool, settings, create_master=True)
     llm = LlmClient.from_settings(settings)
     synthesis = None
     if llm is not None:
-        dlq = DeadLetters(_ProducerTopic(producer, topics.DLQ), settings.max_message_bytes, keys)
+        dlq = DeadLetters(by_name[topics.DLQ], settings.max_message_bytes, keys)
 
         async def dead_letter(key: bytes, value: bytes, error: str) -> None:
             await dlq.send_value(key, value, stage="maintenance", reason=LLM_INVALID_OUTPUT, error=error)
@@ -67,7 +63,7 @@ async def maintain_once(settings: Settings, now: datetime, tenant_id: str | None
     await producer.start()
     try:
         rules = Rules.from_settings(settings)
-        return await run_pass(pool, outbox, rules, now, publish, tenant_id, user_id, synthesis, keys=keys)
+        return await run_pass(pool, outbox, rules, now, publish_changes, tenant_id, user_id, synthesis, keys=keys)
     finally:
         await producer.stop()
         await pool.close()
@@ -76,11 +72,13 @@ async def maintain_once(settings: Settings, now: datetime, tenant_id: str | None
 
 
 class _ProducerTopic:
-    """memory.dlq as DeadLetters sees a topic, over this command's own producer."""
+    """A topic as the outbox's publisher and DeadLetters see one, over this command's own producer."""
 
     def __init__(self, producer: AIOKafkaProducer, name: str) -> None:
         self._producer = producer
         self._name = name
 
-    async def send(self, *, key: bytes | None, value: bytes | None, headers: dict[str, bytes]) -> Any:
-        return await self._producer.send(self._name, key=key, value=value, headers=list(headers.items()))
+    async def send(self, *, key: bytes | None, value: bytes | None, headers: dict[str, bytes] | None = None) -> Any:
+        """The delivery future: the broker's acknowledgement, awaited by the caller."""
+        listed = list(headers.items()) if headers else None
+        return await self._producer.send(self._name, key=key, value=value, headers=listed)

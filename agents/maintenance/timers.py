@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import faust
 
 from agents.dlq import DeadLetters
 from agents.housekeeping import survive
 from agents.maintenance.idle import close_idle_sessions
-from agents.maintenance.logic import Rules
+from agents.maintenance.rules.config import Rules
 from agents.maintenance.run import run_pass
 from agents.maintenance.synthesis import LLM_INVALID_OUTPUT, Synthesis, llm_synthesis
 from agents.outbox import publish
@@ -29,7 +30,6 @@ from services.core import metrics
 from services.core import topics as topic_names
 from services.core.config import Settings
 from services.runtime import Runtime
-from services.stores.postgres import OutboxMessage
 
 log = logging.getLogger(__name__)
 STAGE = "maintenance"
@@ -45,18 +45,15 @@ def is_leader(app: faust.App, topic: str = topic_names.TURNS) -> bool:
 
 
 def register(app: faust.App, settings: Settings, rt: Runtime, topics: Topics) -> None:
-    by_name = topics.by_name()
     rules = Rules.from_settings(settings)
-
-    async def publish_changes(messages: Sequence[OutboxMessage]) -> None:
-        await publish(rt, by_name, STAGE, messages)
+    publish_changes = partial(publish, rt, topics.by_name(), STAGE)
 
     async def send_ends(events: Sequence[SessionEvent]) -> None:
         await forward(topics.turns, "idle_sessions", events)
 
     synthesis: Synthesis | None = None
     if rt.llm is not None:
-        dlq = DeadLetters(topics.dlq, settings.max_message_bytes)
+        dlq = DeadLetters(topics.dlq, settings.max_message_bytes, rt.keys)
         metrics.DLQ.labels(stage=STAGE, reason=LLM_INVALID_OUTPUT)
 
         async def dead_letter(key: bytes, value: bytes, error: str) -> None:

@@ -25,7 +25,6 @@ from services.stores.postgres.windows import turn_digest
 
 # Qualified for the self-join below; the document shows ids as first exported (migration 007).
 _COLUMNS = ", ".join(f"m.{column.strip()}" for column in RECORD_COLUMNS.split(","))
-_writer = MemoryWriter()
 
 
 # Rows per FETCH from a server-side cursor: what the export holds in memory at a time, whatever the user's size.
@@ -118,10 +117,12 @@ def _iso(value: datetime) -> str:
     return value.isoformat()
 
 
-async def write_memories(conn: Conn, rows: Sequence[tuple[MemoryRecord, list[float] | None, str | None]]) -> None:
+async def write_memories(
+    writer: MemoryWriter, conn: Conn, rows: Sequence[tuple[MemoryRecord, list[float] | None, str | None]]
+) -> None:
     """(record, vector, export id) as they are: no decision, every field kept. Retired rows must come first."""
     for record, vector, export_id in rows:
-        await _writer.upsert(conn, record, vector)
+        await writer.upsert(conn, record, vector)
         if export_id is not None:
             await conn.execute(
                 "UPDATE memories SET export_id = %s WHERE tenant_id = %s AND user_id = %s AND id = %s",
