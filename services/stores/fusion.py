@@ -79,12 +79,6 @@ def _ordered(scores: Mapping[str, float], payloads: Mapping[str, Mapping[str, An
     return fused[:limit]
 
 
-def fuse(dense: Sequence[Hit], sparse: Sequence[Hit], weights: FusionWeights, limit: int) -> list[Hit]:
-    """Two legs as one list, best fused score first (ties by id, so the order is stable)."""
-    payloads = {h.id: h.payload for h in (*sparse, *dense)}
-    return _ordered(weighted(dense, sparse, weights), payloads, limit)
-
-
 class Traits(Protocol):
     """What fusion needs to know of a memory besides its scores: a Postgres hit (recall) or an index payload."""
 

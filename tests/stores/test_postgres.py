@@ -171,8 +171,6 @@ async def test_writes_and_reads_of_memories_are_scoped_and_complete(pool: PgPool
     assert await reader.history("t", "other", berlin.id) == []
     profile = await reader.active_profile("t", "u", [1.0, 0.0, 0.0], 0.5, limit=5)
     assert [(r.text, round(sim, 3)) for r, sim in profile] == [("User lives in Berlin", 0.994)]
-    assert await reader.active_ids("t", "u", [pune.id, berlin.id, tea.id]) == {berlin.id, tea.id}
-    assert await reader.active_ids("t", "someone", [berlin.id]) == set()
     facts = await reader.list_memories("t", "u", type_=MemoryType.FACT, status=MemoryStatus.ACTIVE, limit=5, offset=0)
     assert [r.id for r in facts] == [berlin.id]
     assert sorted(await reader.counts_by_type_status()) == [

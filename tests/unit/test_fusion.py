@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 
 from services.api.models import RecallRequest
 from services.api.recall import fused_candidates
-from services.stores.fusion import OWN_ONLY, FusionWeights, RecallFusion, fuse, fuse_legs, normalised, payload_traits
+from services.stores.fusion import (
+    OWN_ONLY,
+    FusionWeights,
+    RecallFusion,
+    fuse_legs,
+    normalised,
+    payload_traits,
+    weighted,
+)
 from services.stores.postgres.memory_reads import LiveHit
 from services.stores.vector import Hit, Legs
 
@@ -19,6 +27,12 @@ W = FusionWeights(dense=0.4, sparse=0.6)
 
 def hits(*pairs: tuple[str, float]) -> list[Hit]:
     return [Hit(i, s, {"text": i}) for i, s in pairs]
+
+
+def fuse(dense: list[Hit], sparse: list[Hit], weights: FusionWeights, limit: int) -> list[Hit]:
+    """The own-text legs alone, the context and session weights at zero: the two-leg fusion."""
+    legs = Legs(dense=dense, sparse=sparse)
+    return fuse_legs(legs, RecallFusion(legs=weights, context=0.0, session=0.0), payload_traits(legs), limit)
 
 
 def test_an_exact_match_keeps_its_margin_where_rank_fusion_would_flatten_it() -> None:
@@ -133,10 +147,12 @@ legs_strategy = st.composite(_legs)
 
 @given(legs_strategy(), st.integers(1, 10))
 def test_with_the_context_and_session_weights_at_zero_it_is_the_two_leg_fusion(legs: Legs, limit: int) -> None:
-    old = fuse(legs.dense, legs.sparse, W, limit)
+    """The weighted sum of the own legs, best first, ties by id."""
+    scores = weighted(legs.dense, legs.sparse, W)
+    expected = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
     own = Legs(dense=legs.dense, sparse=legs.sparse)
     new = fuse_legs(own, OWN_ONLY, payload_traits(own), limit)
-    assert [(h.id, h.score) for h in new] == [(h.id, pytest.approx(h.score)) for h in old]
+    assert [(h.id, h.score) for h in new] == [(i, pytest.approx(score)) for i, score in expected]
 
 
 @given(legs_strategy(), st.floats(0, 3), st.floats(0, 1))

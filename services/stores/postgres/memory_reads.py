@@ -42,16 +42,14 @@ _PROFILE_SQL = f"""SELECT * FROM (
     ) scored WHERE similarity >= %(min)s ORDER BY similarity DESC LIMIT %(k)s"""
 # Those of some ids (the index's hits) that are the user's and active now.
 _ACTIVE_OF_IDS = "FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = ANY(%(ids)s) AND status = 'active'"
-_ACCESS_SQL = f"SELECT id, access_count, last_accessed_at {_ACTIVE_OF_IDS}"
-# The index's hits as Postgres holds them now (LiveHit): the index answers ids and scores only.
+# The index's hits as Postgres holds them now (LiveHit): the index answers ids and scores only. Access counts
+# live here alone: re-indexing a point on every recall mark would make reads cost writes.
 _HITS_SQL = f"""SELECT id, type, text, importance, observed_at, entities, provenance AS source, compressed,
         cardinality(context) > 0 AS has_context, access_count, last_accessed_at {_ACTIVE_OF_IDS}"""
 _OPEN_QUESTIONS_SQL = f"""SELECT {_RECORD_COLUMNS} FROM memories
     WHERE tenant_id = %(t)s AND user_id = %(u)s AND type = 'question' AND status = 'active'
       AND question->>'state' = 'open'
     ORDER BY observed_at DESC, id LIMIT %(k)s"""
-
-Access = dict[str, tuple[int, datetime | None]]
 
 
 def as_of_params(
@@ -72,10 +70,6 @@ def as_of_params(
 
 def _profile(rows: list[dict[str, Any]]) -> list[tuple[MemoryRecord, float]]:
     return [(record_from_row(r), r["similarity"]) for r in rows]
-
-
-def _access(rows: list[dict[str, Any]]) -> Access:
-    return {r["id"]: (int(r["access_count"]), r["last_accessed_at"]) for r in rows}
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,23 +261,6 @@ class MemoryReader:
                 PastMatch(record_from_row(r), r["similarity"], bool(r["in_dense"]), r["text_rank"])
                 for r in await cur.fetchall()
             ]
-
-    async def active_ids(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> set[str]:
-        """Which of these ids Postgres still holds as active (the index may lag behind)."""
-        return set(await self.active_access(tenant_id, user_id, ids))
-
-    async def active_access(
-        self, tenant_id: str, user_id: str, ids: Sequence[str]
-    ) -> dict[str, tuple[int, datetime | None]]:
-        """For the ids Postgres still holds as active: access count and last access.
-
-        Access lives here, not in the index: a recall marks what it returned,
-        and re-indexing those points on every recall would make reads cost writes.
-        """
-        if not ids:
-            return {}
-        async with self._pool.connection("active_ids") as conn:
-            return _access(await _rows(conn, _ACCESS_SQL, {"t": tenant_id, "u": user_id, "ids": list(ids)}))
 
     async def list_memories(
         self,

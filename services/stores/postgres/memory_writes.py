@@ -279,18 +279,3 @@ class MemoryWriter:
             f"stale write of memory {record.id}: v{record.version} {record.status.value} over the stored "
             f"v{row['version']} {row['status']}"
         )
-
-    async def open_questions(
-        self, conn: Conn, scopes: Sequence[tuple[str, str]]
-    ) -> list[tuple[MemoryRecord, list[float] | None]]:
-        """Active open `question` memories of these users, with their vectors, locked for the batch."""
-        if not scopes:
-            return []
-        cur = await conn.execute(
-            f"""SELECT {_RECORD_COLUMNS}, embedding FROM memories
-                WHERE (tenant_id, user_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))
-                  AND type = 'question' AND status = 'active' AND question->>'state' = 'open'
-                ORDER BY observed_at, id FOR UPDATE""",
-            ([t for t, _ in scopes], [u for _, u in scopes]),
-        )
-        return [(record_from_row(r), vector_floats(r["embedding"])) for r in await cur.fetchall()]
