@@ -27,6 +27,12 @@ test: $(STAMP)
 	bash ops/system-deps.sh
 	$(BIN)/pytest
 
+# The fast lane (~2-3 min): every test but those marked `stack` (they start an embedded Postgres,
+# broker or whole stack; tests/conftest.py marks them from the fixtures and starters they use).
+.PHONY: test-fast
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not stack"
+
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -56,6 +56,9 @@ class Client:
         self.host = f"127.0.0.1:{port}"
         self.credentials = credentials
 
+    def __del__(self) -> None:
+        self.conn.close()  # a keep-alive socket left open is a ResourceWarning, an error in this suite
+
     def request(self, method: str, path: str, body: bytes = b"", **headers: str) -> Reply:
         named = {"host": self.host, **{k.replace("_", "-").lower(): v for k, v in headers.items()}}
         signed = sign(self.credentials, method, path, named, body, time.time())
