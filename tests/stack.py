@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -161,27 +162,69 @@ def _ready(proc: subprocess.Popen[bytes], base_url: str) -> bool:
     return httpx.get(f"{base_url}/readyz", timeout=5).status_code == 200
 
 
+def free_ports(count: int = 1) -> list[int]:
+    """`count` consecutive loopback ports the OS reports free right now (the first one is its pick for port 0).
+
+    Consecutive because a stack's workers serve metrics on worker_metrics_port + i - 1.
+    All are held while checking, so no two callers' blocks overlap within this process.
+    """
+    while True:
+        with ExitStack() as held:
+            first = held.enter_context(socket.socket())
+            first.bind(("127.0.0.1", 0))
+            start = int(first.getsockname()[1])
+            try:
+                for port in range(start + 1, start + count):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue  # one of the next ports is taken: ask again
+            return list(range(start, start + count))
+
+
+@dataclass(frozen=True)
+class StackPorts:
+    """Where a stack listens; worker i (1-based) serves metrics on worker_metrics + i - 1."""
+
+    kafka: int
+    http: int
+    pg: int
+    worker_metrics: int
+
+    @classmethod
+    def of(cls, data_dir: Path, workers: int) -> StackPorts:
+        """The ports a stack on `data_dir` used before (a restart keeps its addresses), else free ones."""
+        saved = data_dir / "test-ports.json"
+        if saved.is_file():
+            return cls(**orjson.loads(saved.read_bytes()))
+        kafka, http, pg, worker_metrics, *_ = free_ports(3 + workers)  # one block: no two alike
+        ports = cls(kafka, http, pg, worker_metrics)
+        saved.write_bytes(orjson.dumps(dataclasses.asdict(ports)))
+        return ports
+
+
 @contextmanager
-def embedded_stack(data_dir: Path, port_offset: int = 0, extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
-    kafka = f"127.0.0.1:{19092 + port_offset}"
-    http_port = 18080 + port_offset
+def embedded_stack(data_dir: Path, extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
+    """`memstream up` on `data_dir`, on free ports; started again on the same data dir, on the same ports."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    extra_env = extra_env or {}
+    ports = StackPorts.of(data_dir, int(extra_env.get("MEMSTREAM_WORKERS", "1")))
+    kafka = f"127.0.0.1:{ports.kafka}"
     env = {
         **os.environ,
         "MEMSTREAM_DATA_DIR": str(data_dir),
         "MEMSTREAM_TOPICS_FILE": str(ROOT / "topics.yaml"),
         "MEMSTREAM_KAFKA_BOOTSTRAP": kafka,
-        "MEMSTREAM_PG_DSN": f"postgresql://memstream@127.0.0.1:{15433 + port_offset}/memstream",
-        "MEMSTREAM_HTTP_PORT": str(http_port),
-        "MEMSTREAM_WORKER_METRICS_PORT": str(19464 + port_offset),
+        "MEMSTREAM_PG_DSN": f"postgresql://memstream@127.0.0.1:{ports.pg}/memstream",
+        "MEMSTREAM_HTTP_PORT": str(ports.http),
+        "MEMSTREAM_WORKER_METRICS_PORT": str(ports.worker_metrics),
         "MEMSTREAM_LOG_LEVEL": "info",
-        **(extra_env or {}),
+        **extra_env,
     }
-    data_dir.mkdir(parents=True, exist_ok=True)
     log = open(data_dir / "up.log", "ab")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "up"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
     )
-    stack = Stack(env, data_dir, f"http://127.0.0.1:{http_port}", kafka, proc)
+    stack = Stack(env, data_dir, f"http://127.0.0.1:{ports.http}", kafka, proc)
     try:
         wait_for(lambda: _ready(proc, stack.base_url), 240, "stack /readyz", interval=0.5)
         yield stack

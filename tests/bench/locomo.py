@@ -442,7 +442,7 @@ def main() -> None:
         lines, after, stats, episodes = asyncio.run(run(args.base_url, args.bootstrap, samples, settings, headers))
     else:
         env = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5", **setting_env(args.set)}
-        with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=8, extra_env=env) as stack:
+        with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), extra_env=env) as stack:
             settings = stack_settings(stack)
             ran_with = recall_settings(settings)
             lines, after, stats, episodes = asyncio.run(

@@ -4,7 +4,7 @@
     python -m tests.bench.locomo_tune grid   [--data PATH] [--rows FILE] [--only NAME ...]
 
 `ingest` replays the dev set through the real pipeline (the bench's own
-embedded stack, port offset 8, like `make bench-locomo`) and saves every
+embedded stack, on free ports, like `make bench-locomo`) and saves every
 active memory it made, with its embedding and context embedding, as
 Postgres holds them. `grid` then builds the recall index from those rows in
 process, exactly as `memstream rebuild index` does (agents.qdrant_sink's
@@ -82,7 +82,7 @@ async def _dump(dsn: str, users: dict[str, str]) -> list[dict[str, Any]]:
 def ingest(data: Path, out: Path, extra: dict[str, str]) -> None:
     samples = json.loads(data.read_text())
     env = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5", **extra}
-    with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=8, extra_env=env) as stack:
+    with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), extra_env=env) as stack:
         settings = stack_settings(stack)
 
         async def go() -> list[dict[str, Any]]:

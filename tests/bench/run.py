@@ -169,7 +169,7 @@ def main() -> None:
     print(f"  embedder: {results['embedder']}", flush=True)
     fast_gauges = {"MEMSTREAM_LAG_REFRESH_SECONDS": "0.5", "MEMSTREAM_GAUGE_REFRESH_SECONDS": "2"}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), port_offset=7, extra_env=fast_gauges) as stack:
+    with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), extra_env=fast_gauges) as stack:
         # What `make up` runs unless MEMSTREAM_KAFKA_STORAGE says otherwise: the headline is the default (s3).
         storage = stack_settings(stack).kafka_storage
         results["stack"] = {"start_seconds": time.perf_counter() - started, "kafka_storage": storage}

@@ -25,8 +25,6 @@ from tests.bench import pipeline
 from tests.bench.corpus import conversations
 from tests.stack import Stack, embedded_stack, stack_settings, wait_for
 
-# Port offsets of their own (the session stack uses 0, the benchmarks 7 and 8, the workers e2e test 65).
-PORTS = {1: 66, 2: 68}
 REPLAY_BUDGET = 600.0
 
 
@@ -45,7 +43,7 @@ def run_with(workers: int, corpus: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"workers": workers}
     env = {"MEMSTREAM_WORKERS": str(workers), "MEMSTREAM_LAG_REFRESH_SECONDS": "0.5"}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), PORTS[workers], env) as stack:
+    with tempfile.TemporaryDirectory() as tmp, embedded_stack(Path(tmp), env) as stack:
         if workers > 1:
             wait_for(lambda: _workers_joined(stack, workers), 120, "workers joined every stage's group", 0.5)
         out["start_seconds"] = round(time.perf_counter() - started, 1)

@@ -26,7 +26,7 @@ QUERY = "what seat does the user like on planes?"
 def access_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # A short window: the two recalls below fall in one (or two) of them, either way one mark per memory each.
     with embedded_stack(
-        Path(tmp_path_factory.mktemp("access-stack")), port_offset=42, extra_env={"MEMSTREAM_ACCESS_FLUSH_SECONDS": "1"}
+        Path(tmp_path_factory.mktemp("access-stack")), extra_env={"MEMSTREAM_ACCESS_FLUSH_SECONDS": "1"}
     ) as running:
         yield running
 

@@ -52,15 +52,12 @@ from tests.user_rows import rows_naming
 
 pytestmark = pytest.mark.e2e
 TENANT = "arc-acme"
-ARCHIVE_PORTS = 63
 
 
 @pytest.fixture(scope="module")
 def archive_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     slow_ok = {"MEMSTREAM_HTTP_REQUEST_TIMEOUT": "15", "MEMSTREAM_COMMAND_WAIT_TIMEOUT": "12"}
-    with embedded_stack(
-        Path(tmp_path_factory.mktemp("archive")), port_offset=ARCHIVE_PORTS, extra_env=slow_ok
-    ) as running:
+    with embedded_stack(Path(tmp_path_factory.mktemp("archive")), extra_env=slow_ok) as running:
         yield running
 
 
@@ -292,7 +289,7 @@ def crashing_stack(tmp_path: Path) -> Iterator[Stack]:
     """Killed once right after the window stage's commit (outbox unsent) and once right after its publish."""
     crash_at = {"window.after_commit": 2, "window.after_publish": 4}
     extra = {"MEMSTREAM_CRASH_POINTS": orjson.dumps(crash_at).decode()}
-    with embedded_stack(tmp_path / "stack", port_offset=ARCHIVE_PORTS + 1, extra_env=extra) as running:
+    with embedded_stack(tmp_path / "stack", extra_env=extra) as running:
         yield running
 
 

@@ -24,7 +24,6 @@ from tests.stack import Stack, embedded_stack, produce, session_end, settle, tur
 
 pytestmark = pytest.mark.e2e
 TENANT = "durable"
-PORTS = 62
 GROUPS = ("memstream-window", "memstream-consolidator")
 
 
@@ -75,7 +74,7 @@ def test_a_second_up_finds_the_first_ones_log_and_offsets(tmp_path: Path) -> Non
     data = tmp_path / "stack"
     read_by = dict(zip(GROUPS, (topics.TURNS, "memory.embedded"), strict=True))
 
-    with embedded_stack(data, port_offset=PORTS) as stack:
+    with embedded_stack(data) as stack:
         asyncio.run(produce(stack.bootstrap, [*first, session_end(TENANT, user, "s1")]))
         assert settle(lambda: remembered(stack, user, first), timeout=120) is not None
         time.sleep(3)  # the commits behind that memory land every second
@@ -83,7 +82,7 @@ def test_a_second_up_finds_the_first_ones_log_and_offsets(tmp_path: Path) -> Non
         ids_before = {m["id"] for m in stack.memories(TENANT, user)}
     assert max(before["memstream-window"].values()) == len(first) + 1, before  # one user: one partition
 
-    with embedded_stack(data, port_offset=PORTS) as stack:
+    with embedded_stack(data) as stack:
         after = {group: committed(stack, group, topic) for group, topic in read_by.items()}
         for group, offsets in before.items():
             kept = {p: o for p, o in after[group].items() if o >= offsets[p]}

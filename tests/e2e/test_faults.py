@@ -52,9 +52,6 @@ from tests.stack import (
 
 pytestmark = pytest.mark.e2e
 TENANT = "acme"
-# Port offsets: the session stack uses 0, the benchmarks 7 and 8.
-FUZZ_PORTS, PAUSE_PORTS, CRASH_PORTS = 31, 32, 33
-BROKER_PORTS = 61
 FUZZ_TENANTS = ("fz-a", "fz-b")
 
 TOPICS = (
@@ -73,21 +70,21 @@ TOPICS = (
 )
 
 
-def fresh_stack(tmp_path: Path, offset: int, extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
+def fresh_stack(tmp_path: Path, extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
     """A dedicated stack, torn down by embedded_stack's own `finally` whatever the test did."""
-    with embedded_stack(tmp_path / "stack", port_offset=offset, extra_env=extra_env) as running:
+    with embedded_stack(tmp_path / "stack", extra_env=extra_env) as running:
         yield running
 
 
 @pytest.fixture
 def fuzz_stack(tmp_path: Path) -> Iterator[Stack]:
     # A tenant list, so unknown_tenant is part of the contract under test.
-    yield from fresh_stack(tmp_path, FUZZ_PORTS, {"MEMSTREAM_TENANTS": json.dumps(FUZZ_TENANTS)})
+    yield from fresh_stack(tmp_path, {"MEMSTREAM_TENANTS": json.dumps(FUZZ_TENANTS)})
 
 
 @pytest.fixture
 def pause_stack(tmp_path: Path) -> Iterator[Stack]:
-    yield from fresh_stack(tmp_path, PAUSE_PORTS)
+    yield from fresh_stack(tmp_path)
 
 
 CRASH_AT = {
@@ -101,7 +98,7 @@ CRASH_AT = {
 @pytest.fixture
 def crash_stack(tmp_path: Path) -> Iterator[Stack]:
     assert set(CRASH_AT) == set(POINTS), "every crash point the product declares is exercised"
-    yield from fresh_stack(tmp_path, CRASH_PORTS, {"MEMSTREAM_CRASH_POINTS": json.dumps(CRASH_AT)})
+    yield from fresh_stack(tmp_path, {"MEMSTREAM_CRASH_POINTS": json.dumps(CRASH_AT)})
 
 
 # --- reading memory back ---------------------------------------------------------------
@@ -603,7 +600,7 @@ async def test_killed_at_every_crash_point_loses_and_duplicates_nothing(crash_st
 
 @pytest.fixture
 def broker_stack(tmp_path: Path) -> Iterator[Stack]:
-    yield from fresh_stack(tmp_path, BROKER_PORTS)
+    yield from fresh_stack(tmp_path)
 
 
 def stack_processes(stack: Stack, *markers: str) -> list[int]:

@@ -41,7 +41,7 @@ def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "MEMSTREAM_KAFKA_SASL_USERNAME": "memstream",
         "MEMSTREAM_KAFKA_SASL_PASSWORD": MEMSTREAM_PASSWORD,
     }
-    with embedded_stack(Path(tmp_path_factory.mktemp("kafka-auth")), port_offset=47, extra_env=env) as running:
+    with embedded_stack(Path(tmp_path_factory.mktemp("kafka-auth")), extra_env=env) as running:
         yield running
 
 

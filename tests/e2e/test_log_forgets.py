@@ -49,7 +49,7 @@ def short_log_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]
     short = data / "topics-60s.yaml"
     short.write_text(yaml.safe_dump(doc))
     env = {"MEMSTREAM_TOPICS_FILE": str(short), "MEMSTREAM_HTTP_REQUEST_TIMEOUT": "15"}
-    with embedded_stack(data / "stack", port_offset=67, extra_env=env) as running:
+    with embedded_stack(data / "stack", extra_env=env) as running:
         yield running
 
 

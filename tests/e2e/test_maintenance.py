@@ -1,4 +1,4 @@
-"""Maintenance and idle-session closing through real processes, on a stack of their own (port offset 43)."""
+"""Maintenance and idle-session closing through real processes, on a stack of their own."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ SESSION_TALK = [
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     idle = {"MEMSTREAM_SESSION_IDLE": "3", "MEMSTREAM_SESSION_IDLE_CHECK_SECONDS": "1"}
-    with embedded_stack(Path(tmp_path_factory.mktemp("maint")), port_offset=43, extra_env=idle) as running:
+    with embedded_stack(Path(tmp_path_factory.mktemp("maint")), extra_env=idle) as running:
         yield running
 
 

@@ -32,7 +32,7 @@ WAIT = {"wait": "true"}
 @pytest.fixture(scope="module")
 def cmd_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     slow_ok = {"MEMSTREAM_HTTP_REQUEST_TIMEOUT": "15", "MEMSTREAM_COMMAND_WAIT_TIMEOUT": "12"}
-    with embedded_stack(Path(tmp_path_factory.mktemp("commands")), port_offset=49, extra_env=slow_ok) as running:
+    with embedded_stack(Path(tmp_path_factory.mktemp("commands")), extra_env=slow_ok) as running:
         yield running
 
 

@@ -20,7 +20,7 @@ SECOND = "I love hiking in mountains a lot."
 
 @pytest.fixture(scope="module")
 def merge_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with embedded_stack(Path(tmp_path_factory.mktemp("merge")), port_offset=41) as running:
+    with embedded_stack(Path(tmp_path_factory.mktemp("merge"))) as running:
         yield running
 
 

@@ -43,7 +43,6 @@ from tests.stack import (
 )
 
 pytestmark = pytest.mark.e2e
-SIGTERM_PORTS = 91
 
 
 async def committed_offsets(stack: Stack, stage: str, topic: str = topics.TURNS) -> dict[int, int]:
@@ -90,7 +89,7 @@ def exited(pid: int) -> bool:
 @pytest.fixture
 def sigterm_stack(tmp_path: Path) -> Iterator[Stack]:
     # Short backoffs, so that the worker is in its retry sleep when the SIGTERM comes, and back soon after.
-    yield from fresh_stack(tmp_path, SIGTERM_PORTS, {"MEMSTREAM_RETRY_MAX_BACKOFF": "2"})
+    yield from fresh_stack(tmp_path, {"MEMSTREAM_RETRY_MAX_BACKOFF": "2"})
 
 
 async def test_sigterm_while_postgres_is_paused_commits_no_offset_and_the_restart_remembers_every_turn_once(
@@ -145,7 +144,6 @@ async def test_sigterm_while_postgres_is_paused_commits_no_offset_and_the_restar
 
 # --- a DLQ that refuses writes ----------------------------------------------------------
 
-DLQ_PORTS = 92
 # Above what the worker's Kafka producer sends (Faust's default max.request.size, 1,000,000 bytes): the DLQ
 # copy of a message near 1 MB is then refused by the client, as an undersized topic's broker would refuse it.
 REFUSING_LIMIT = {"MEMSTREAM_MAX_MESSAGE_BYTES": "2000000"}
@@ -168,7 +166,7 @@ async def test_a_dlq_that_refuses_writes_commits_no_offset_past_the_item_and_a_r
     huge = {**turns[4], "event_id": f"{turns[4]['event_id']}-huge", "content": "0123456789abcdef" * 63_000}
     records = keyed([*turns[:6], huge, *turns[6:]])
     data_dir = tmp_path / "stack"
-    with embedded_stack(data_dir, port_offset=DLQ_PORTS, extra_env=REFUSING_LIMIT) as stack:
+    with embedded_stack(data_dir, extra_env=REFUSING_LIMIT) as stack:
         placed = await produce_records(stack.bootstrap, records)
         huge_at = placed[6]
         refusing = await asyncio.to_thread(
@@ -176,7 +174,7 @@ async def test_a_dlq_that_refuses_writes_commits_no_offset_past_the_item_and_a_r
         )
         offsets = await committed_offsets(stack, "window")
         dlq_while_refusing = await read_dlq(stack.bootstrap, quiet=1, within=5)
-    with embedded_stack(data_dir, port_offset=DLQ_PORTS) as stack:
+    with embedded_stack(data_dir) as stack:
         await produce_records(stack.bootstrap, keyed(ends))
         recovered = await asyncio.to_thread(settle, all_remembered(stack, turns), 180)
         outcome = memory_outcome(stack, turns)

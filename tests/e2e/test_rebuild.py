@@ -1,10 +1,13 @@
-"""Rebuilds end to end, on a stack of its own (port offset 67): turns stream through the real pipeline, then
+"""Rebuilds end to end, on a stack of its own: turns stream through the real pipeline (once, for the module), then
 
 - `memstream rebuild store --from changes` re-creates the memories the consolidator wrote, row for row
   (ids, texts, types, statuses, versions, provenance and every other column): into the live database after its
   memories were deleted, and into a fresh database (a lost one);
 - `memstream rebuild index`, with the stack stopped and the Qdrant Edge shard deleted, gives an index over which
   recall answers as before.
+
+Each test starts from that module state and leaves it as it found it (the stack running, the memories the
+same), so any one of them runs alone or in any order.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,6 @@ from tests.user_rows import settled_rows
 
 pytestmark = pytest.mark.e2e
 TENANT = "rebuild"
-PORT_OFFSET = 67
 COLUMNS = """id, tenant_id, user_id, type, text, content_hash, category, key_name, value, importance, confidence,
 status, observed_at, created_at, updated_at, superseded_at, superseded_by, source_session_id, provenance, entities,
 access_count, reinforcement_count, version, last_accessed_at, compressed, question, embedding::text AS embedding"""
@@ -76,42 +79,57 @@ def recalled(stack: Stack, user: str) -> list[list[tuple[str, str]]]:
 
 
 class Phases:
-    """One data dir; the stack is started and stopped by the tests that need it so."""
+    """One data dir and the stack on it; a test may stop the stack and start it again (`restart`)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, running: ExitStack) -> None:
         self.data_dir = data_dir
         self.users = [f"u-{uuid.uuid4().hex[:6]}" for _ in range(3)]
         self.live: list[dict[str, Any]] = []
         self.answers: dict[str, list[list[tuple[str, str]]]] = {}
+        self._running = running
+        self.stack = self.restart()
+
+    def stop(self) -> None:
+        """Stop the stack (its context's own stop, at the end of the module, is then harmless)."""
+        self.stack.proc.terminate()
+        self.stack.proc.wait(60)
+
+    def restart(self) -> Stack:
+        self.stack = self._running.enter_context(embedded_stack(self.data_dir))
+        return self.stack
 
 
 @pytest.fixture(scope="module")
-def phases(tmp_path_factory: pytest.TempPathFactory) -> Phases:
-    return Phases(Path(tmp_path_factory.mktemp("rebuild")))
+async def phases(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Phases]:
+    """The state every test starts from: three users' turns remembered, one memory deleted by its user.
+
+    `live` is the memories as the consolidator left them, `answers` what recall says over them.
+    """
+    with ExitStack() as running:
+        phases = Phases(Path(tmp_path_factory.mktemp("rebuild")), running)
+        stack = phases.stack
+        dsn = stack_settings(stack).pg_dsn
+        # Recent enough that no session goes idle (30 min) while the module runs: maintenance would close it.
+        start = datetime.now(UTC) - timedelta(minutes=8)
+        await produce(stack.bootstrap, [e for user in phases.users for e in conversation(user, start)])
+        wait_for(lambda: any(r["status"] == "superseded" for r in snapshot(dsn)), 120, "a superseded fact")
+        # A user deletes a memory: every rebuild must keep it deleted (a tombstone, never the memory again).
+        music = next(r for r in settled(dsn) if r["user_id"] == phases.users[0] and "baroque" in r["text"])
+        path = f"/v1/users/{phases.users[0]}/memories/{music['id']}"
+        deleted = stack.request("DELETE", path, params={"tenant_id": TENANT, "wait": "true"})
+        assert deleted.status_code == 200, deleted.text
+        phases.live = settled(dsn)
+        assert {r["type"] for r in phases.live} >= {"fact", "preference", "exchange"}
+        assert {r["status"] for r in phases.live} >= {"active", "superseded", "deleted"}
+        assert any(r["reinforcement_count"] > 0 for r in phases.live)
+        phases.answers = {user: recalled(stack, user) for user in phases.users}
+        assert all(any(answer) for answer in phases.answers.values())
+        yield phases
 
 
-@pytest.fixture(scope="module")
-def first_stack(phases: Phases) -> Iterator[Stack]:
-    with embedded_stack(phases.data_dir, port_offset=PORT_OFFSET) as running:
-        yield running
-
-
-async def test_rebuilding_the_store_from_changes_gives_the_same_memories(phases: Phases, first_stack: Stack) -> None:
-    stack = first_stack
+def test_rebuilding_the_store_from_changes_gives_the_same_memories(phases: Phases) -> None:
+    stack = phases.stack
     dsn = stack_settings(stack).pg_dsn
-    # Recent enough that no session goes idle (30 min) while the module runs: maintenance would close it.
-    start = datetime.now(UTC) - timedelta(minutes=8)
-    await produce(stack.bootstrap, [e for user in phases.users for e in conversation(user, start)])
-    wait_for(lambda: any(r["status"] == "superseded" for r in snapshot(dsn)), 120, "a superseded fact")
-    # A user deletes a memory: every rebuild must keep it deleted (a tombstone, never the memory again).
-    music = next(r for r in settled(dsn) if r["user_id"] == phases.users[0] and "baroque" in r["text"])
-    path = f"/v1/users/{phases.users[0]}/memories/{music['id']}"
-    deleted = stack.request("DELETE", path, params={"tenant_id": TENANT, "wait": "true"})
-    assert deleted.status_code == 200, deleted.text
-    live = settled(dsn)
-    assert {r["type"] for r in live} >= {"fact", "preference", "exchange"}
-    assert {r["status"] for r in live} >= {"active", "superseded", "deleted"}
-    assert any(r["reinforcement_count"] > 0 for r in live)
 
     # 1. The live database loses its memories; the log brings them back.
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -119,7 +137,7 @@ async def test_rebuilding_the_store_from_changes_gives_the_same_memories(phases:
     done = memstream(stack.env, "rebuild", "store", "--from", "changes")
     assert done.returncode == 0, done.stderr
     assert "store rebuilt from memory.changes" in done.stdout
-    assert snapshot(dsn) == live
+    assert snapshot(dsn) == phases.live
 
     # 2. A database lost altogether: a new one, migrated by the rebuild itself.
     fresh = psycopg.conninfo.make_conninfo(dsn, dbname="rebuilt")
@@ -132,11 +150,8 @@ async def test_rebuilding_the_store_from_changes_gives_the_same_memories(phases:
     assert "keys" in refused.stderr
     done = memstream(stack.env, "rebuild", "store", "--from", "changes", "--keys-from", dsn, MEMSTREAM_PG_DSN=fresh)
     assert done.returncode == 0, done.stderr
-    assert snapshot(fresh) == live
-
-    phases.live = live
-    phases.answers = {user: recalled(stack, user) for user in phases.users}
-    assert all(any(answer) for answer in phases.answers.values())
+    assert snapshot(fresh) == phases.live
+    assert {user: recalled(stack, user) for user in phases.users} == phases.answers
 
 
 # What a generation rebuilt from the archive must reproduce: everything but when the consolidator ran
@@ -168,11 +183,9 @@ def ready_generation(stack: Stack) -> str:
 
 
 async def test_a_generation_rebuilt_from_the_archive_holds_the_same_memories_and_serves_after_a_switch(
-    phases: Phases, first_stack: Stack
+    phases: Phases,
 ) -> None:
-    if not phases.answers:
-        pytest.skip("needs the store test's memories and answers")
-    stack = first_stack
+    stack = phases.stack
     dsn = stack_settings(stack).pg_dsn
     assert ready_generation(stack) == "default"
 
@@ -218,28 +231,23 @@ async def test_a_generation_rebuilt_from_the_archive_holds_the_same_memories_and
     assert snapshot(dsn) == phases.live  # the default generation was never touched
 
 
-def test_rebuilding_the_index_with_the_stack_stopped_answers_recall_the_same(
-    phases: Phases, first_stack: Stack
-) -> None:
-    if not phases.answers:
-        pytest.skip("needs the store test's stack and answers")
-    settings = stack_settings(first_stack)
-    refused = memstream(first_stack.env, "rebuild", "index")
+def test_rebuilding_the_index_with_the_stack_stopped_answers_recall_the_same(phases: Phases) -> None:
+    settings = stack_settings(phases.stack)
+    refused = memstream(phases.stack.env, "rebuild", "index")
     assert refused.returncode == 1
     assert "stop the stack" in refused.stderr
-    with psycopg.connect(settings.pg_dsn) as conn:  # every tenant's: the generation test added one of its own
+    with psycopg.connect(settings.pg_dsn) as conn:  # every tenant's: the generation test, if it ran, added one
         row = conn.execute("SELECT count(*) FROM memories WHERE status = 'active'").fetchone()
     active = row[0] if row else 0
     assert active >= sum(r["status"] == "active" for r in phases.live)
-    # Stop the stack: the app owned the shard (its finalizer stops an already stopped stack harmlessly).
-    first_stack.proc.terminate()
-    first_stack.proc.wait(60)
+    # Stop the stack: the app owned the shard.
+    phases.stop()
     shutil.rmtree(edge_path(settings))
 
-    done = memstream(first_stack.env, "rebuild", "index")
+    done = memstream(phases.stack.env, "rebuild", "index")
 
     assert done.returncode == 0, done.stderr
     assert f"index rebuilt: {active} memories" in done.stdout
-    with embedded_stack(phases.data_dir, port_offset=PORT_OFFSET) as again:
-        assert snapshot(stack_settings(again).pg_dsn) == phases.live
-        assert {user: recalled(again, user) for user in phases.users} == phases.answers
+    again = phases.restart()  # running again for whichever test comes next
+    assert snapshot(stack_settings(again).pg_dsn) == phases.live
+    assert {user: recalled(again, user) for user in phases.users} == phases.answers

@@ -1,4 +1,4 @@
-"""A generation rebuilt from memory.archive alone keeps every command users gave (stack of its own, ports +73).
+"""A generation rebuilt from memory.archive alone keeps every command users gave (stack of its own).
 
 Turns stream through the real pipeline; a user adds a memory by hand, corrects one, deletes one, deletes a
 topic, and a second user is forgotten. Then `memory.commands` expires: the topic is deleted and made again,
@@ -35,7 +35,6 @@ from tests.user_rows import settled_rows
 
 pytestmark = pytest.mark.e2e
 TENANT = "replay"
-PORTS = 73
 # Everything a rebuild must reproduce: all but the consolidator's clock, the embedding (batched differently) and
 # access (recall marks are not memory, and these tests ask with record_access off).
 COLUMNS = """id, user_id, type, text, content_hash, category, key_name, value, status, observed_at, superseded_at,
@@ -46,7 +45,7 @@ superseded_by, source_session_id, provenance, entities, reinforcement_count, com
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # A command waits for its memory.changes record; on a loaded 2-core CI machine a fresh stack took over 12 s.
     slow_ok = {"MEMSTREAM_HTTP_REQUEST_TIMEOUT": "35", "MEMSTREAM_COMMAND_WAIT_TIMEOUT": "30"}
-    with embedded_stack(Path(tmp_path_factory.mktemp("replay")), port_offset=PORTS, extra_env=slow_ok) as running:
+    with embedded_stack(Path(tmp_path_factory.mktemp("replay")), extra_env=slow_ok) as running:
         yield running
 
 

@@ -21,7 +21,6 @@ from tests.pathological import CONTENT_LIMIT, pathological_turns
 from tests.stack import Stack, embedded_stack, turn, wait_for
 
 pytestmark = pytest.mark.e2e
-PORTS = 71
 WORST = "cue 'moved from Pune ' repeated, then spaces"
 HEAVY_TURNS = 4
 FRESH_WITHIN = 5.0
@@ -30,7 +29,7 @@ FRESH_WITHIN = 5.0
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A stack of its own: the worst turns must not slow another file's tests."""
-    with embedded_stack(Path(tmp_path_factory.mktemp("stall")), port_offset=PORTS) as running:
+    with embedded_stack(Path(tmp_path_factory.mktemp("stall"))) as running:
         yield running
 
 

@@ -32,7 +32,6 @@ from tests.e2e.test_faults import (
 from tests.stack import Stack, app_restarts, read_dlq, record_fault_figures, settle, wait_for
 
 pytestmark = pytest.mark.e2e
-WORKERS_PORTS = 65
 WORKER_STAGES = without(STAGE_NAMES, INDEX_STAGE)
 # Partitions of each stage's input topics (topics.yaml): the consolidator reads two topics of 8.
 PARTITIONS = {"window": 8, "summarizer": 8, "embedder": 8, "consolidator": 16}
@@ -42,7 +41,7 @@ PARTITIONS = {"window": 8, "summarizer": 8, "embedder": 8, "consolidator": 16}
 def workers_stack(tmp_path: Path) -> Iterator[Stack]:
     # Assignment gauges refreshed twice a second, so a rebalance shows at once.
     env = {"MEMSTREAM_WORKERS": "2", "MEMSTREAM_LAG_REFRESH_SECONDS": "0.5"}
-    yield from fresh_stack(tmp_path, WORKERS_PORTS, env)
+    yield from fresh_stack(tmp_path, env)
 
 
 def spread(stack: Stack) -> dict[int, dict[str, int]] | None:
