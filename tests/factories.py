@@ -1,11 +1,13 @@
-"""Typed test events (turn `i` of one session, users on even turns, assistants on odd) and a keyed fact candidate."""
+"""Typed test events (turn `i` of one session, users on even turns, assistants on odd), a keyed fact candidate
+and a stored memory."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schemas import MemoryCandidate, MemoryType, Provenance, Role, TurnEvent
+from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance, Role, TurnEvent
+from services.core.textutil import content_hash, stable_id
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -44,4 +46,33 @@ def city_fact(
         observed_at=observed_at,
         source=Provenance(session_id="s", event_ids=events),
         extractor="test",
+    )
+
+
+def memory_record(
+    text: str,
+    *,
+    tenant: str = "t",
+    user: str = "u",
+    type_: MemoryType = MemoryType.PREFERENCE,
+    status: MemoryStatus = MemoryStatus.ACTIVE,
+    at: datetime = T0,
+    session: str = "s",
+    events: tuple[str, ...] = ("e",),
+) -> MemoryRecord:
+    """A memory as the store holds one: id from (tenant, user, text), the text's real hash, written when observed."""
+    return MemoryRecord(
+        id=stable_id(tenant, user, text),
+        tenant_id=tenant,
+        user_id=user,
+        type=type_,
+        text=text,
+        content_hash=content_hash(text),
+        importance=0.5,
+        confidence=1.0,
+        status=status,
+        observed_at=at,
+        created_at=at,
+        updated_at=at,
+        source=Provenance(session_id=session, event_ids=list(events)),
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 from pydantic import SecretStr
 
-from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance, codec
+from schemas import ChangeOp, MemoryChange, codec
 from schemas.commands import UserForgotten
 from services.archive.changes import seal_change
 from services.archive.codec import MasterKey
@@ -21,30 +21,16 @@ from services.archive.keys import KeyStore
 from services.cli.app import build_parser
 from services.cli.changes import print_changes, wanted
 from services.core.config import Settings
-from services.core.textutil import stable_id
 from services.kafka.log_end import Message
 from services.stores.postgres import PgPool
+from tests.factories import memory_record
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 SECRET = bytes(range(32))
 
 
 def change(tenant: str, user: str, text: str) -> MemoryChange:
-    record = MemoryRecord(
-        id=stable_id(tenant, user, text),
-        tenant_id=tenant,
-        user_id=user,
-        type=MemoryType.PREFERENCE,
-        text=text,
-        content_hash=stable_id("hash", text),
-        importance=0.5,
-        confidence=1.0,
-        status=MemoryStatus.ACTIVE,
-        observed_at=NOW,
-        created_at=NOW,
-        updated_at=NOW,
-        source=Provenance(session_id="s", event_ids=["e"]),
-    )
+    record = memory_record(text, tenant=tenant, user=user, at=NOW)
     return MemoryChange(
         tenant_id=tenant, user_id=user, op=ChangeOp.ADDED, record=record, vector=[1.0], cause=["c"], committed_at=NOW
     )

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance, TurnEvent, partition_key
-from services.core.textutil import content_hash, stable_id
+from schemas import MemoryRecord, MemoryStatus, TurnEvent, partition_key
+from services.core.textutil import stable_id
 from services.stores.postgres import ChunkMark, MemoryWriter, Outbox, OutboxMessage, PgPool, SummaryStore, WindowStore
 from services.stores.postgres.commands import CommandStore
 from services.stores.postgres.export import export_user
 from services.stores.postgres.forget import forget_user, holds_user, user_tables
+from tests.factories import memory_record
 from tests.user_rows import rows_naming
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -18,21 +19,7 @@ USER_TABLES = {"applied_commands", "memories", "memory_centroids", "session_summ
 
 
 def memory(tenant: str, user: str, text: str, status: MemoryStatus = MemoryStatus.ACTIVE) -> MemoryRecord:
-    return MemoryRecord(
-        id=stable_id(tenant, user, text),
-        tenant_id=tenant,
-        user_id=user,
-        type=MemoryType.PREFERENCE,
-        text=text,
-        content_hash=content_hash(text),
-        importance=0.5,
-        confidence=1.0,
-        status=status,
-        observed_at=NOW,
-        created_at=NOW,
-        updated_at=NOW,
-        source=Provenance(session_id="s1", event_ids=[f"{user}-e0"]),
-    )
+    return memory_record(text, tenant=tenant, user=user, status=status, at=NOW, session="s1", events=(f"{user}-e0",))
 
 
 def turn(tenant: str, user: str, index: int, content: str) -> TurnEvent:

@@ -11,32 +11,18 @@ import pytest
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
+from schemas import MemoryRecord
 from services.core.generations import DERIVED_TABLES, SHARED_TABLES, Generation, GenerationError
-from services.core.textutil import content_hash, stable_id
 from services.stores.postgres import MemoryWriter, PgPool, migrate
 from services.stores.postgres import generations as registry
 from services.stores.postgres.forget import forget_user
+from tests.factories import memory_record
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def memory(text: str) -> MemoryRecord:
-    return MemoryRecord(
-        id=stable_id("t", "u", text),
-        tenant_id="t",
-        user_id="u",
-        type=MemoryType.PREFERENCE,
-        text=text,
-        content_hash=content_hash(text),
-        importance=0.5,
-        confidence=1.0,
-        status=MemoryStatus.ACTIVE,
-        observed_at=NOW,
-        created_at=NOW,
-        updated_at=NOW,
-        source=Provenance(session_id="s", event_ids=["e"]),
-    )
+    return memory_record(text, at=NOW)
 
 
 @pytest.fixture

@@ -12,35 +12,21 @@ from prometheus_client import generate_latest
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
+from schemas import MemoryRecord
 from services.api.health import Readiness
 from services.api.serving import ServingGeneration
 from services.core import generations
 from services.core.config import Settings
-from services.core.textutil import stable_id
 from services.runtime import Runtime
 from services.stores.postgres import MemoryWriter
 from services.stores.postgres import generations as registry
+from tests.factories import memory_record
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def memory(text: str) -> MemoryRecord:
-    return MemoryRecord(
-        id=stable_id("t", "u", text),
-        tenant_id="t",
-        user_id="u",
-        type=MemoryType.PREFERENCE,
-        text=text,
-        content_hash=text,
-        importance=0.5,
-        confidence=1.0,
-        status=MemoryStatus.ACTIVE,
-        observed_at=NOW,
-        created_at=NOW,
-        updated_at=NOW,
-        source=Provenance(session_id="s", event_ids=["e"]),
-    )
+    return memory_record(text, at=NOW)
 
 
 @pytest.fixture
