@@ -5,8 +5,8 @@
 Each conversation is replayed through Kafka as one user's chat turns, every
 question is asked through POST /v1/recall, and the retrieved memories'
 provenance (the LoCoMo turn ids in `metadata.dia_id`) is scored against the
-question's evidence. The JSONL it writes is the format of
-`../shared/bench/locomo_score.py score`, which prints the same R@k figures.
+question's evidence. The JSONL it writes, one line per question (its sample_id, qa_index
+and retrieved memories with their source turn ids), lets any scorer recompute these R@k figures.
 
 After scoring, one maintenance pass per conversation (`memstream maintain`'s
 code, `maintain_once`) runs as of one day after its last session, and the
@@ -487,7 +487,7 @@ def main() -> None:
             f"{type_} memories in a question's top 10 after maintenance: {figures['in_top']} questions, "
             f"covering an evidence turn in {figures['covers_evidence']}"
         )
-    print(f"results: {args.out}  (score independently: python ../shared/bench/locomo_score.py score {args.out})")
+    print(f"results: {args.out}  (one JSON line per question: score it independently)")
     print(f"episodes per session: {episodes_out}")
 
 

@@ -112,7 +112,7 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
         2.5 * plan.load_seconds + 90,
         lambda o: recall_load.recall_figures(url, plan.load_users, plan.clients, plan.load_seconds, o, headers=headers),
     )
-    # Rebuild rates over the seeded memories (issue 10): the index from Postgres, the store from memory.changes.
+    # Rebuild rates over the seeded memories: the index from Postgres, the store from memory.changes.
     await _stage(results, "rebuild_index", 600, lambda o: rebuild_bench.index(stack_settings(stack), o))
     await _stage(results, "rebuild_store", 900, lambda o: rebuild_bench.store(stack_settings(stack), o))
     await _stage(results, "auth_check", 120, lambda o: auth_check.measure(stack_settings(stack), stack.api_key, o))
