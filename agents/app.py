@@ -17,7 +17,7 @@ from types import ModuleType
 import faust
 
 import agents.maintenance
-from agents import consolidator, dlq, embedder, housekeeping, qdrant_sink, summarizer, window
+from agents import consolidator, embedder, housekeeping, qdrant_sink, summarizer, window
 from agents.consolidator import commands as consolidator_commands
 from agents.maintenance.timers import is_leader, leader_topic
 from agents.outbox import register_relay
@@ -80,8 +80,6 @@ def stage_app(settings: Settings, stage: str) -> faust.App:
 def build_apps(settings: Settings, runtime: Runtime, stages: Sequence[str] = STAGE_NAMES) -> list[StageApp]:
     """One app per stage, in pipeline order, with the process's timers placed by `services.core.stages.place_timers`."""
     built: dict[str, StageApp] = {}
-    # Every stage's dead letters of an identifiable user are sealed with that user's key (agents/dlq.py).
-    dlq.use_keys(runtime.open_keys())
     for stage in stages:
         app = stage_app(settings, stage)
         topics = Topics.declare(app, generations.of(settings).topics())

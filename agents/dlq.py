@@ -1,11 +1,11 @@
 """Poison messages of a Faust stage go to `memory.dlq`: the entry of services/kafka/dead_letters.py, awaited.
 
 The entry keeps the original bytes, sealed for their user when the user can
-be told (with the process's key store, `use_keys`), and the reason in
-headers. The send is awaited, so the source offset is committed only once
-the DLQ holds the message; the source topic, partition and offset headers
-let a reader drop the duplicate a crash between the two may leave. A DLQ
-that does not take the message (the broker down, or refusing it) is an
+be told (with the key store the stage passes in: its Runtime's), and the
+reason in headers. The send is awaited, so the source offset is committed
+only once the DLQ holds the message; the source topic, partition and offset
+headers let a reader drop the duplicate a crash between the two may leave. A
+DLQ that does not take the message (the broker down, or refusing it) is an
 outage like any other (agents/outage.py): the send is tried again until it
 is acknowledged, and the source offset waits.
 """
@@ -18,22 +18,15 @@ from agents.outage import outlasting
 from services.archive.keys import KeyStore
 from services.kafka.dead_letters import dead_lettered, entry, source_headers, value_limit
 
-# The process's key store, set once as the worker builds its stages (`use_keys`): every stage's DLQ seals with it.
-_keys: KeyStore | None = None
-
-
-def use_keys(keys: KeyStore | None) -> None:
-    """Seal dead letters of identifiable users with these keys (None: leave them in clear, as tests without keys do)."""
-    global _keys
-    _keys = keys
-
 
 class DeadLetters:
-    """memory.dlq as a stage sees it: one call per poison message, bounded and awaited."""
+    """memory.dlq as a stage sees it: one call per poison message, bounded and awaited.
 
-    def __init__(
-        self, topic: Any, max_message_bytes: int, keys: KeyStore | None = None, *, max_delay: float = 30.0
-    ) -> None:
+    `keys` seals the letters of identifiable users; None leaves them in clear
+    (a test without a key store). It is required, so no stage forgets it.
+    """
+
+    def __init__(self, topic: Any, max_message_bytes: int, keys: KeyStore | None, *, max_delay: float = 30.0) -> None:
         self.topic = topic
         self._value_limit = value_limit(max_message_bytes)
         self._keys = keys
@@ -78,8 +71,9 @@ class DeadLetters:
         reason: str,
         error: str,
     ) -> None:
-        keys = self._keys or _keys
-        letter = await entry(keys, key, value, source, stage=stage, reason=reason, error=error, limit=self._value_limit)
+        letter = await entry(
+            self._keys, key, value, source, stage=stage, reason=reason, error=error, limit=self._value_limit
+        )
         delivered = await self.topic.send(key=letter.key, value=letter.value, headers=letter.headers)
         if delivered is not None:
             await delivered  # the broker has it before the source offset may be committed

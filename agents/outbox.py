@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 async def publish(
-    rows: Runtime | Outbox,
+    rows: Outbox,
     topics_by_name: Mapping[str, Any],
     stage: str,
     messages: Sequence[OutboxMessage],
@@ -35,10 +35,10 @@ async def publish(
 ) -> None:
     """Send in order, wait once for the broker to have them all, then forget them.
 
-    `rows`: the outbox the rows are deleted from (a worker's Runtime holds
-    its own). `topics_by_name`: a handle per base topic name, as rows name
-    their topic (a generation's handles for its own topics); a handle needs
-    only `send(key=, value=)` returning an awaitable acknowledgement.
+    `rows`: the outbox the rows are deleted from. `topics_by_name`: a
+    handle per base topic name, as rows name their topic (a generation's
+    handles for its own topics); a handle needs only `send(key=, value=)`
+    returning an awaitable acknowledgement.
 
     A failure before the delete leaves the rows to be sent again: a duplicate
     downstream (idempotent there), never a loss. A send the broker does not
@@ -54,8 +54,7 @@ async def publish(
         metrics.EVENTS_OUT.labels(stage=stage, topic=topic_name).inc(count)
     if on_sent is not None:
         on_sent()
-    outbox = rows.outbox if isinstance(rows, Runtime) else rows
-    await outbox.delete([m.id for m in unique])
+    await rows.delete([m.id for m in unique])
 
 
 def register_relay(app: faust.App, rt: Runtime, topics_by_name: Mapping[str, Any], interval: float) -> None:
@@ -63,7 +62,7 @@ def register_relay(app: faust.App, rt: Runtime, topics_by_name: Mapping[str, Any
 
     async def relay_once() -> None:
         stale = await rt.outbox.stale(older_than_seconds=interval, limit=1000)
-        await publish(rt, topics_by_name, "outbox", stale)
+        await publish(rt.outbox, topics_by_name, "outbox", stale)
         if stale:
             log.info("outbox relay sent %d messages left behind", len(stale))
 

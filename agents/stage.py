@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from agents.dlq import DeadLetters
 from agents.outage import outlasting
 from schemas import codec
+from services.archive.keys import KeyStore
 from services.core import metrics
 from services.core.config import Settings
 from services.core.errors import InvalidEvent
@@ -172,16 +173,20 @@ def batched_agent(
     dlq_topic: Any,
     settings: Settings,
     *,
+    keys: KeyStore | None,
     stage: str,
     model: type[M],
     size: int,
     within: float,
     handle: Callable[[list[M]], Awaitable[None]],
 ) -> None:
-    """Register an agent that parses batches of `model` and hands valid ones to `handle`."""
+    """Register an agent that parses batches of `model` and hands valid ones to `handle`.
+
+    `keys` seals its dead letters of identifiable users (agents/dlq.py).
+    """
     metrics.DLQ.labels(stage=stage, reason="schema_violation")
     max_delay = settings.retry_max_backoff
-    dlq = DeadLetters(dlq_topic, settings.max_message_bytes, max_delay=max_delay)
+    dlq = DeadLetters(dlq_topic, settings.max_message_bytes, keys, max_delay=max_delay)
 
     async def process(events: list[Any]) -> None:
         with span(stage, len(events)):

@@ -94,7 +94,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     for action in Action:  # every kind has a series from the start
         metrics.DECISIONS.labels(kind=action.value)
     rt.open_keys()  # the master key now: changes are sealed per user
-    dlq = DeadLetters(topics.dlq, s.max_message_bytes)
+    dlq = DeadLetters(topics.dlq, s.max_message_bytes, rt.keys)
     if rt.llm is not None:
         llm.declare()
         metrics.DLQ.labels(stage=STAGE, reason=llm.LLM_INVALID_OUTPUT)
@@ -110,6 +110,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         topics.embedded,
         topics.dlq,
         s,
+        keys=rt.keys,
         stage=STAGE,
         model=EmbeddedCandidate,
         size=s.consolidate_batch_size,

@@ -44,6 +44,7 @@ from services.archive.codec import (
     read_record,
     seal_command,
 )
+from services.archive.keys import KeyStore
 from services.core import metrics
 from services.core import topics as topic_names
 from services.core.config import Settings
@@ -131,11 +132,12 @@ def consume_archive(
     dlq_topic: Any,
     settings: Settings,
     *,
+    keys: KeyStore,
     stage: str,
     handle: Callable[[list[ArchiveRecord]], Awaitable[None]],
 ) -> None:
     """Register the stage's agent on `memory.archive`: records parsed, the unparsable dead-lettered, batches handled."""
-    dlq = DeadLetters(dlq_topic, settings.max_message_bytes)
+    dlq = DeadLetters(dlq_topic, settings.max_message_bytes, keys)
     for reason in (UNREADABLE, *HANDLING_REASONS):  # zero series: increase() counts the first
         metrics.DLQ.labels(stage=stage, reason=reason)
 

@@ -306,7 +306,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
 
     async def apply_and_publish(commands: list[AnyCommand]) -> None:
         """One transaction, then its changes and archive records, in commit order (the relay resends leftovers)."""
-        await publish(rt, by_name, STAGE, (await apply_commands(rt, store, commands)).rows)
+        await publish(rt.outbox, by_name, STAGE, (await apply_commands(rt, store, commands)).rows)
 
     if s.hold_commands:
         log.info("commands held until the archive's chat events are through (a generation's rebuild, first phase)")
@@ -323,7 +323,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
 
         # A generation's commands come from memory.archive, which keeps them; memory.commands gives it
         # only access marks, which are reads and never archived, so the serving generation counts them too.
-        archive.consume_archive(app, topics.archive, topics.dlq, s, stage=STAGE, handle=replay)
+        archive.consume_archive(app, topics.archive, topics.dlq, s, keys=keys, stage=STAGE, handle=replay)
 
         async def access_only(batch: list[CommandMessage]) -> None:
             marks: list[AnyCommand] = [m.root for m in batch if isinstance(m.root, AccessCommand)]
@@ -335,6 +335,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
             topics.commands,
             topics.dlq,
             s,
+            keys=keys,
             stage=ACCESS_STAGE,
             model=CommandMessage,
             size=s.consolidate_batch_size,
@@ -351,6 +352,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         topics.commands,
         topics.dlq,
         s,
+        keys=rt.keys,
         stage=STAGE,
         model=CommandMessage,
         size=s.consolidate_batch_size,

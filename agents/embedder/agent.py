@@ -52,6 +52,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         topics.candidates,
         topics.dlq,
         s,
+        keys=rt.keys,
         stage=STAGE,
         model=MemoryCandidate,
         size=s.embed_batch_size,

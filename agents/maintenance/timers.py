@@ -46,7 +46,7 @@ def is_leader(app: faust.App, topic: str = topic_names.TURNS) -> bool:
 
 def register(app: faust.App, settings: Settings, rt: Runtime, topics: Topics) -> None:
     rules = Rules.from_settings(settings)
-    publish_changes = partial(publish, rt, topics.by_name(), STAGE)
+    publish_changes = partial(publish, rt.outbox, topics.by_name(), STAGE)
 
     async def send_ends(events: Sequence[SessionEvent]) -> None:
         await forward(topics.turns, "idle_sessions", events)

@@ -46,6 +46,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         topics.changes,
         topics.dlq,
         s,
+        keys=rt.keys,
         stage=STAGE,
         model=SealedChangeMessage,
         size=s.consolidate_batch_size,

@@ -44,7 +44,7 @@ async def salience_by_tenant(rt: Runtime, chunks: list[EvictedChunk]) -> dict[st
 
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
-    dlq = DeadLetters(topics.dlq, s.max_message_bytes)
+    dlq = DeadLetters(topics.dlq, s.max_message_bytes, rt.keys)
     llm = None if rt.llm is None else LlmPath(rt.llm, dlq, rt.summaries, STAGE)
 
     async def memories_for(event: Any, chunk: EvictedChunk, salience: Salience) -> list[MemoryCandidate]:

@@ -129,7 +129,7 @@ async def handle_session_end(rt: Runtime, conn: Conn, event: SessionEvent) -> tu
 def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     s = rt.settings
     limits = window_limits(s)
-    dlq = DeadLetters(topics.dlq, s.max_message_bytes)
+    dlq = DeadLetters(topics.dlq, s.max_message_bytes, rt.keys)
     by_name = topics.by_name()
     for reason in (
         *REASONS,
@@ -148,7 +148,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
     async def apply(events: list[TurnEvent | SessionEvent]) -> None:
         messages = await handle_events(rt, events, limits, None if s.generation else keys)
         crash_point(s, "window.after_commit")
-        await publish(rt, by_name, STAGE, messages, on_sent=lambda: crash_point(s, "window.after_publish"))
+        await publish(rt.outbox, by_name, STAGE, messages, on_sent=lambda: crash_point(s, "window.after_publish"))
 
     async def apply_archived(records: list[ArchiveRecord]) -> None:
         events, forgotten = await open_archived(keys, records)

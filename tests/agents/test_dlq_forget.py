@@ -12,7 +12,7 @@ clear (they expire with the topic's 30 days).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -29,12 +29,6 @@ from tests.agents.test_agents import harness as harness  # the fixture
 from tests.stack import turn
 
 WORDS = b"tangerine-octopus"
-
-
-@pytest.fixture
-def sealing() -> Iterator[None]:
-    yield
-    dead_letters.use_keys(None)
 
 
 def test_whose_bytes_a_dead_letter_holds() -> None:
@@ -64,17 +58,16 @@ def test_a_sealed_entry_opens_with_its_users_key_only() -> None:
 
 
 async def test_a_forgotten_users_dead_letters_cannot_be_read_in_clear(
-    harness: Callable[[Any, str], Harness], sealing: None
+    harness: Callable[[Any, str], Harness],
 ) -> None:
     from agents.window import agent
 
-    h = harness(agent, "turns")
-    dead_letters.use_keys(h.runtime.keys)
+    h = harness(agent, "turns")  # the stage seals its dead letters with its Runtime's keys
     bad = turn("t", "u", "s", 0, f"my passphrase is {WORDS.decode()}") | {"role": "wizard"}
     broken = b"u's " + WORDS + b" {broken"  # not JSON, but keyed t:u, a user with a key
     await h.feed([orjson.dumps(bad), broken], lambda: len(h.sink("dlq").sent) == 2)
     nobody = b"nobody's " + WORDS  # no key, no ids: stays in clear
-    await dead_letters.DeadLetters(h.sink("dlq"), 1 << 20).send_value(
+    await dead_letters.DeadLetters(h.sink("dlq"), 1 << 20, h.runtime.keys).send_value(
         None, nobody, stage="test", reason="invalid_json", error="-"
     )
 

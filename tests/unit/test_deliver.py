@@ -35,7 +35,7 @@ class DlqTopic:
 
 class Dlq(DeadLetters):
     def __init__(self, max_message_bytes: int = 900 * 1024) -> None:
-        super().__init__(DlqTopic(), max_message_bytes)
+        super().__init__(DlqTopic(), max_message_bytes, None)
 
     @property
     def sent(self) -> list[dict[str, Any]]:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import faust
-import pytest
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaTimeoutError,
@@ -32,7 +31,6 @@ from faust.exceptions import ProducerSendError
 from faust.types import Message
 from pydantic import BaseModel
 
-from agents import dlq as dead_letters
 from agents.dlq import DeadLetters
 from agents.stage import batched_agent, consume_parsed, deliver
 from services.core.config import Settings
@@ -114,18 +112,15 @@ async def settled() -> None:
         await asyncio.sleep(0.05)
 
 
-@pytest.fixture(autouse=True)
-def clear_dead_letters() -> None:
-    dead_letters.use_keys(None)  # no key store: dead letters stay in clear
-
-
 def batched(
     tmp_path: Path, handle: Callable[[list[Note]], Awaitable[None]], dlq: DlqTopic
 ) -> Callable[[faust.App, Any], None]:
     settings = Settings(data_dir=tmp_path, retry_max_backoff=0.02)
 
     def register(app: faust.App, source: Any) -> None:
-        batched_agent(app, source, dlq, settings, stage="offsets", model=Note, size=3, within=0.05, handle=handle)
+        batched_agent(
+            app, source, dlq, settings, keys=None, stage="offsets", model=Note, size=3, within=0.05, handle=handle
+        )
 
     return register
 
@@ -214,7 +209,7 @@ async def test_an_exception_escaping_a_batch_leaves_it_unacknowledged_and_it_is_
         handled.extend(values)
 
     def register(app: faust.App, source: Any) -> None:
-        dlq = DeadLetters(DlqTopic(), 900 * 1024)
+        dlq = DeadLetters(DlqTopic(), 900 * 1024, None)
 
         async def stage(stream: Any) -> None:
             await consume_parsed(stream, read, handle, dlq, "offsets", size=2, within=0.05, max_delay=0.05)
@@ -279,7 +274,7 @@ async def test_producer_errors_from_a_handler_are_retried_and_never_dead_lettere
 
     dlq = DlqTopic()
     items = [(Event(b"a"), "a"), (Event(b"b"), "b")]
-    await deliver(items, handle, DeadLetters(dlq, 900 * 1024), "consolidator", first_delay=0.001, max_delay=0.001)
+    await deliver(items, handle, DeadLetters(dlq, 900 * 1024, None), "consolidator", first_delay=0.001, max_delay=0.001)
     assert calls == len(errors) + 1
     assert dlq.sent == []
 
@@ -292,7 +287,7 @@ async def test_bad_data_still_goes_to_the_dlq_when_the_dlq_first_refuses_it() ->
     await deliver(
         [(Event(b"dup", message=source_message(7)), "dup")],
         handle,
-        DeadLetters(dlq, 900 * 1024, max_delay=0.001),
+        DeadLetters(dlq, 900 * 1024, None, max_delay=0.001),
         "window",
     )
     assert dlq.refused == 3
