@@ -48,6 +48,7 @@ from services.api.recall import recall, working
 from services.api.transfer_routes import transfer_router
 from services.core import metrics
 from services.runtime import Runtime
+from services.stores.postgres.commands import CommandStore
 
 
 def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = None) -> FastAPI:
@@ -59,8 +60,10 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     """
     settings = rt.settings
     access = marks or AccessMarks(lambda: kafka_producer(settings), flush_seconds=settings.access_flush_seconds)
+    # The commands stage's bookkeeping, read by the routes (what a user holds) and by `?wait=true`.
+    command_store = CommandStore()
     # One producer on memory.commands for every command route (commands, import), started by the first command.
-    commands = CommandSubmitter(rt)
+    commands = CommandSubmitter(rt, command_store)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -88,7 +91,7 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     app.add_middleware(RequestContext)
     weights = Weights.from_settings(settings)
     app.include_router(ingest_router(settings))
-    app.include_router(command_router(rt, commands))
+    app.include_router(command_router(rt, commands, command_store))
     app.include_router(transfer_router(rt, commands))
 
     @app.post(

@@ -32,7 +32,6 @@ from services.stores.postgres.forget import holds_user
 
 log = logging.getLogger(__name__)
 
-_store = CommandStore()
 _FIRST_POLL = 0.02
 _MAX_POLL = 0.2
 
@@ -75,10 +74,12 @@ def _latest(changes: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return latest
 
 
-async def applied(rt: Runtime, tenant_id: str, user_id: str, command_ids: Sequence[str]) -> list[dict[str, Any]] | None:
+async def applied(
+    rt: Runtime, store: CommandStore, tenant_id: str, user_id: str, command_ids: Sequence[str]
+) -> list[dict[str, Any]] | None:
     """What the commands changed, once Postgres has all of them and the index shows every change; else None."""
     async with rt.pg.connection("command_outcomes") as conn:
-        found = await _store.outcomes(conn, tenant_id, user_id, command_ids)
+        found = await store.outcomes(conn, tenant_id, user_id, command_ids)
     if len(found) < len(set(command_ids)):
         return None
     changes = [change for command_id in dict.fromkeys(command_ids) for change in found[command_id]]
@@ -100,7 +101,14 @@ async def forgotten(rt: Runtime, tenant_id: str, user_id: str) -> bool:
 
 
 async def wait_until_applied(
-    rt: Runtime, tenant_id: str, user_id: str, command_ids: Sequence[str], *, forget: bool, seconds: float
+    rt: Runtime,
+    store: CommandStore,
+    tenant_id: str,
+    user_id: str,
+    command_ids: Sequence[str],
+    *,
+    forget: bool,
+    seconds: float,
 ) -> list[dict[str, Any]] | None:
     """Poll (20 ms, growing to 200 ms) for up to `seconds`: the changes (empty for a forget), or None on timeout."""
     deadline = time.monotonic() + seconds
@@ -110,7 +118,7 @@ async def wait_until_applied(
             if await forgotten(rt, tenant_id, user_id):
                 return []
         else:
-            changes = await applied(rt, tenant_id, user_id, command_ids)
+            changes = await applied(rt, store, tenant_id, user_id, command_ids)
             if changes is not None:
                 return changes
         left = deadline - time.monotonic()

@@ -26,10 +26,8 @@ from services.runtime import Runtime
 from services.stores.postgres.commands import CommandStore
 from services.stores.postgres.forget import holds_user
 
-_store = CommandStore()
 
-
-def command_router(rt: Runtime, commands: CommandSubmitter) -> APIRouter:
+def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore) -> APIRouter:
     api = APIRouter(route_class=StrictJsonRoute, tags=[docs.MEMORIES])
 
     async def current(tenant_id: str, user_id: str, memory_id: str) -> MemoryRecord:
@@ -146,7 +144,7 @@ def command_router(rt: Runtime, commands: CommandSubmitter) -> APIRouter:
         started = time.monotonic()
         tenant = command_tenant(principal, tenant_id)
         async with rt.pg.connection("delete_topic_check") as conn:
-            active = await _store.active(conn, tenant, user_id)
+            active = await store.active(conn, tenant, user_id)
         if not any(matches_topic(record, topic) for record in active):
             raise not_found(f"memory about {topic!r}")
         cmd = DeleteTopic(command_id=str(uuid.uuid4()), tenant_id=tenant, user_id=user_id, at=now(), topic=topic)
@@ -170,7 +168,7 @@ def command_router(rt: Runtime, commands: CommandSubmitter) -> APIRouter:
         started = time.monotonic()
         tenant = command_tenant(principal, tenant_id)
         async with rt.pg.connection("delete_session_check") as conn:
-            active = await _store.active(conn, tenant, user_id, session_id=session_id)
+            active = await store.active(conn, tenant, user_id, session_id=session_id)
         if not active:
             raise not_found(f"memory from session {session_id}")
         cmd = DeleteSession(

@@ -24,6 +24,7 @@ from services.api.command_log import CommandLog, wait_until_applied
 from services.api.command_models import AppliedChange, CommandReceipt
 from services.auth import Principal
 from services.runtime import Runtime
+from services.stores.postgres.commands import CommandStore
 
 # Left of the request deadline for answering once a wait gives up.
 _ANSWER_MARGIN = 0.25
@@ -51,8 +52,9 @@ def now() -> datetime:
 class CommandSubmitter:
     """Produces a route's commands and builds its answer; one producer for every command route of the app."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, store: CommandStore) -> None:
         self._rt = rt
+        self._store = store  # where the commands stage records what each command changed
         self._log = CommandLog(rt.settings)
 
     async def submit(
@@ -82,6 +84,7 @@ class CommandSubmitter:
         left = settings.http_request_timeout + settings.command_wait_timeout - _ANSWER_MARGIN
         changes = await wait_until_applied(
             self._rt,
+            self._store,
             first.tenant_id,
             first.user_id,
             [c.command_id for c in commands],
