@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from services.stores.vector import Hit, Legs, Scope, Sparse
+from services.stores.vector import Hit, Legs
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,6 @@ class RecallFusion:
     session: float = 0.4
 
 
-DEFAULT_FUSION = RecallFusion()
 OWN_ONLY = RecallFusion(context=0.0, session=0.0)
 
 
@@ -89,26 +88,10 @@ class Traits(Protocol):
     def session_id(self) -> str | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class PayloadTraits:
-    has_context: bool
-    session_id: str | None
-
-    @classmethod
-    def of(cls, payload: Mapping[str, Any]) -> PayloadTraits:
-        """From an index payload (services.stores.vector.IndexPayload)."""
-        return cls(bool(payload.get("has_context", False)), session_in(payload.get("source")))
-
-
 def session_in(source: object) -> str | None:
     """The session of a provenance as JSON (a payload's `source`, a row's `provenance`), if it names one."""
     session = source.get("session_id") if isinstance(source, Mapping) else None
     return session if isinstance(session, str) else None
-
-
-def payload_traits(legs: Legs) -> dict[str, PayloadTraits]:
-    """The traits of every hit of legs that carry payloads (Legs.with_payloads)."""
-    return {h.id: PayloadTraits.of(h.payload) for leg in legs.all() for h in leg}
 
 
 def fused_scores(legs: Legs, f: RecallFusion, traits: Mapping[str, Traits]) -> dict[str, float]:
@@ -136,34 +119,3 @@ def fuse_legs(legs: Legs, f: RecallFusion, traits: Mapping[str, Traits], limit: 
     """The four legs and the session cue as one list, best total first (ties by id); hits keep their payloads."""
     payloads = {h.id: h.payload for leg in legs.all()[::-1] for h in leg}
     return _ordered(fused_scores(legs, f, traits), payloads, limit)
-
-
-class FusedSearch:
-    """What both index engines share on top of `legs` and `payloads`: fused search, payload versions."""
-
-    async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs:
-        raise NotImplementedError
-
-    async def payloads(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        raise NotImplementedError
-
-    async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]:
-        payloads = await self.payloads(tenant_id, user_id, ids)
-        return {pid: int(payload.get("version", 0)) for pid, payload in payloads.items()}
-
-    async def search(
-        self,
-        scope: Scope,
-        dense: list[float],
-        sparse: Sparse,
-        limit: int,
-        weights: RecallFusion = DEFAULT_FUSION,
-        depth: int = 0,
-    ) -> list[Hit]:
-        """The legs (each `depth` deep; 0: `limit`) with their payloads, fused here: the best `limit`.
-
-        For tools and tests that want hits with payloads; recall reads what it shows from Postgres.
-        """
-        legs = await self.legs(scope, dense, sparse, depth or limit)
-        legs = legs.with_payloads(await self.payloads(scope.tenant_id, scope.user_id, legs.ids()))
-        return fuse_legs(legs, weights, payload_traits(legs), limit)

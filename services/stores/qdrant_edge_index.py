@@ -30,7 +30,6 @@ from uuid import UUID
 import qdrant_edge as qe
 
 from services.core.errors import StackError
-from services.stores.fusion import FusedSearch
 from services.stores.qdrant_errors import qdrant_call
 from services.stores.vector import (
     DENSE,
@@ -41,6 +40,7 @@ from services.stores.vector import (
     Hit,
     IndexedMemory,
     Legs,
+    PayloadVersions,
     Scope,
     Sparse,
     as_legs,
@@ -103,7 +103,7 @@ def private_dir(path: Path) -> None:
     path.chmod(0o700)
 
 
-class EdgeIndex(FusedSearch):
+class EdgeIndex(PayloadVersions):
     def __init__(self, path: Path) -> None:
         self._path = path
         self._shard: qe.EdgeShard | None = None

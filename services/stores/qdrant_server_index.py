@@ -13,7 +13,6 @@ from pydantic import SecretStr
 from qdrant_client import AsyncQdrantClient, models
 
 from services.core.errors import StackError
-from services.stores.fusion import FusedSearch
 from services.stores.qdrant_errors import qdrant_call
 from services.stores.vector import (
     DENSE,
@@ -24,6 +23,7 @@ from services.stores.vector import (
     Hit,
     IndexedMemory,
     Legs,
+    PayloadVersions,
     Scope,
     Sparse,
     as_legs,
@@ -75,7 +75,7 @@ def server_client(url: str, api_key: SecretStr | None = None) -> AsyncQdrantClie
     return AsyncQdrantClient(url=url, api_key=None if api_key is None else api_key.get_secret_value())
 
 
-class ServerIndex(FusedSearch):
+class ServerIndex(PayloadVersions):
     def __init__(self, url: str, collection: str, api_key: SecretStr | None = None) -> None:
         self._client = server_client(url, api_key)
         self._collection = collection

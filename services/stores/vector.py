@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Protocol, Required, TypedDict
 
 if TYPE_CHECKING:
     from services.core.config import Settings
-    from services.stores.fusion import RecallFusion
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -147,10 +146,6 @@ class Legs:
         """Only the hits whose id is in `keep` (the others dropped from each leg, the order kept)."""
         return Legs(*([h for h in leg if h.id in keep] for leg in self.all()))
 
-    def with_payloads(self, payloads: Mapping[str, Mapping[str, Any]]) -> Legs:
-        """The hits that have a payload in `payloads`, carrying it."""
-        return Legs(*([Hit(h.id, h.score, payloads[h.id]) for h in leg if h.id in payloads] for leg in self.all()))
-
 
 def leg_queries(dense: list[float], sparse: Sparse) -> list[tuple[str, list[float] | Sparse]]:
     """(vector name, query) of every leg to run, in Legs order; a query without BM25 terms skips the BM25 legs."""
@@ -196,16 +191,6 @@ class VectorIndex(Protocol):
     # Every leg's top `limit`, tenant-, user- and status-filtered in the engine, in one call: ids and
     # scores only (recall reads what it shows from Postgres, services.api.recall).
     async def legs(self, scope: Scope, dense: list[float], sparse: Sparse, limit: int) -> Legs: ...
-    # The legs with their payloads, fused (services.stores.fusion.fuse_legs): the best `limit` memories.
-    async def search(
-        self,
-        scope: Scope,
-        dense: list[float],
-        sparse: Sparse,
-        limit: int,
-        weights: RecallFusion = ...,
-        depth: int = ...,
-    ) -> list[Hit]: ...
     # The stored dense context vectors of those of `ids` that have one (a change without one keeps it).
     async def context_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]: ...
     async def count(self) -> int: ...
@@ -222,6 +207,17 @@ def payloads_in_scope(
         for pid, payload in points
         if payload is not None and payload.get("tenant_id") == tenant_id and payload.get("user_id") == user_id
     }
+
+
+class PayloadVersions:
+    """`VectorIndex.versions` as both engines answer it: each point's payload carries its record's version."""
+
+    async def payloads(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        raise NotImplementedError
+
+    async def versions(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> dict[str, int]:
+        payloads = await self.payloads(tenant_id, user_id, ids)
+        return {pid: int(payload.get("version", 0)) for pid, payload in payloads.items()}
 
 
 @dataclass(frozen=True)

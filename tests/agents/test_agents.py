@@ -32,6 +32,7 @@ from schemas import (
     TurnEvent,
 )
 from services.archive.changes import seal_change
+from services.archive.dlq import open_entries as dead_letter_entries
 from services.core.config import Settings
 from services.core.textutil import stable_id
 from services.core.topics import BY_ROLE as TOPIC_NAMES
@@ -40,6 +41,7 @@ from services.runtime import Runtime
 from services.stores.postgres import migrate
 from services.stores.vector import Scope
 from tests.changes import opened
+from tests.index_probe import search
 from tests.stack import session_end, turn
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
@@ -245,12 +247,14 @@ async def test_qdrant_sink_indexes_good_changes_and_dead_letters_a_poison_one(
     poison = _change("wrong dimension", [1.0, 0.0])  # the index refuses it
     # Poison last: the batch fails, is retried item by item, and the DLQ send comes after both good ones.
     await h.feed([await h.sealed(c) for c in (*good, poison)], lambda: bool(dlq.sent))
-    hits = await h.runtime.index.search(Scope("t", "u"), [1.0, 0.0, 0.0, 0.0], h.runtime.bm25.query("tea"), 10)
+    hits = await search(h.runtime.index, Scope("t", "u"), [1.0, 0.0, 0.0, 0.0], h.runtime.bm25.query("tea"), 10)
     assert {hit.payload["text"] for hit in hits} == {"green tea in the morning", "dog walks"}
     assert dlq.reasons() == [b"store_rejected"]  # the engine refuses it: bad data, not an outage
-    # The dead letter is the message as it came, sealed: the DLQ does not hold the text in clear either.
-    assert b"wrong dimension" not in dlq.sent[0][1]
-    assert [c["record"]["text"] for c in await opened(h.runtime.keys, [dlq.sent[0][1]])] == ["wrong dimension"]
+    # The dead letter is the message as it came, sealed again for its user: no text in clear either.
+    _, value, headers = dlq.sent[0]
+    assert b"wrong dimension" not in value
+    (letter,) = await dead_letter_entries(h.runtime.keys, [(value, headers or {})])
+    assert [c["record"]["text"] for c in await opened(h.runtime.keys, [letter.value])] == ["wrong dimension"]
 
 
 def skipped(reason: str) -> float:
@@ -284,7 +288,7 @@ async def test_qdrant_sink_skips_and_counts_a_forgotten_users_changes_and_dead_l
     assert {reason: skipped(reason) - before[reason] for reason in before} == {"forgotten": 1, "unreadable": 1}
     assert dlq.reasons() == [b"schema_violation"]  # the value that is no message at all, and only it
     assert await h.runtime.index.count_scope("t", "gone") == 0
-    hits = await h.runtime.index.search(Scope("t", "u"), [1.0, 0.0, 0.0, 0.0], h.runtime.bm25.query("tea"), 10)
+    hits = await search(h.runtime.index, Scope("t", "u"), [1.0, 0.0, 0.0, 0.0], h.runtime.bm25.query("tea"), 10)
     assert [hit.payload["text"] for hit in hits] == ["green tea in the morning"]
 
 

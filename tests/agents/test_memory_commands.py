@@ -32,12 +32,13 @@ from services.core.import_parts import import_parts
 from services.core.textutil import stable_id
 from services.stores.postgres import ChunkMark, record_from_row
 from services.stores.postgres.commands import CommandStore
-from services.stores.postgres.export import export_user
 from services.stores.postgres.records import RECORD_COLUMNS
 from services.stores.vector import IndexedMemory, Scope
 from tests.agents.test_agents import Harness
 from tests.agents.test_agents import harness as harness  # the fixture
 from tests.factories import turn_event
+from tests.index_probe import search
+from tests.store_reads import export_user
 from tests.user_rows import rows_naming
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
@@ -244,7 +245,7 @@ async def test_the_sink_empties_a_forgotten_users_scope_between_the_changes_arou
         fresh.memory_id: 1
     }
     assert await h.runtime.index.count_scope("t", "bob") == 1
-    hits = await h.runtime.index.search(Scope("t", "u"), [1.0, 0, 0, 0], h.runtime.bm25.query("forget"), 10)
+    hits = await search(h.runtime.index, Scope("t", "u"), [1.0, 0, 0, 0], h.runtime.bm25.query("forget"), 10)
     assert [hit.payload["text"] for hit in hits] == ["said after the forget"]
     assert h.sink("dlq").sent == []
 

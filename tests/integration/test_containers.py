@@ -39,6 +39,7 @@ def qdrant_url() -> Iterator[str]:
 async def test_server_index_against_a_real_qdrant_server(qdrant_url: str) -> None:
     from services.stores.qdrant_server_index import ServerIndex
     from services.stores.vector import Bm25Encoder, IndexedMemory, Scope
+    from tests.index_probe import search
 
     index = ServerIndex(qdrant_url, "memories")
     await index.ensure(3)
@@ -46,7 +47,7 @@ async def test_server_index_against_a_real_qdrant_server(qdrant_url: str) -> Non
     await index.upsert(
         [IndexedMemory("00000000-0000-0000-0000-000000000001", [1, 0, 0], Bm25Encoder().document("green tea"), payload)]
     )
-    hits = await index.search(Scope("t", "u"), [1.0, 0.0, 0.0], Bm25Encoder().query("tea"), 5)
+    hits = await search(index, Scope("t", "u"), [1.0, 0.0, 0.0], Bm25Encoder().query("tea"), 5)
     assert [h.payload["text"] for h in hits] == ["green tea"]
 
 

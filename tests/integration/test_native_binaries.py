@@ -523,6 +523,7 @@ def _child_qdrant(workdir: str) -> None:
 
     from services.stores.qdrant_edge_index import EdgeIndex, _scope_filter
     from services.stores.vector import DENSE, SPARSE, Bm25Encoder, IndexedMemory, Scope
+    from tests.index_probe import search
 
     root = Path(workdir)
     rows: np.ndarray[Any, np.dtype[np.float32]] = np.load(root / "rows.npy")
@@ -547,7 +548,7 @@ def _child_qdrant(workdir: str) -> None:
                 for i in range(len(rows))
             ]
         )
-        hybrid = await index.search(scope, query.tolist(), bm25.query(words[42]), 5)
+        hybrid = await search(index, scope, query.tolist(), bm25.query(words[42]), 5)
         sparse_only = index.shard.query(
             qe.QueryRequest(
                 limit=3,

@@ -13,6 +13,7 @@ from services.core.errors import StoreRejected, StoreUnavailable
 from services.stores.qdrant_edge_index import EdgeIndex
 from services.stores.qdrant_server_index import ServerIndex
 from services.stores.vector import Bm25Encoder, IndexedMemory, Scope, VectorIndex
+from tests.index_probe import search
 
 
 def point(pid: str, user: str, text: str, vec: list[float], status: str = "active") -> IndexedMemory:
@@ -43,7 +44,7 @@ async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 async def test_search_is_scoped_to_tenant_user_and_active(index: VectorIndex) -> None:
-    hits = await index.search(Scope("t", "alice"), [1.0, 0.0, 0.0], Bm25Encoder().query("green tea"), 10)
+    hits = await search(index, Scope("t", "alice"), [1.0, 0.0, 0.0], Bm25Encoder().query("green tea"), 10)
     assert [h.id for h in hits] == ["00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002"]
     assert hits[0].payload["text"] == "I love green tea"
     assert {h.payload["user_id"] for h in hits} == {"alice"}
@@ -75,7 +76,7 @@ async def test_an_unreachable_qdrant_server_is_an_outage() -> None:
         with pytest.raises(StoreUnavailable):
             await idx.upsert([point("00000000-0000-0000-0000-000000000001", "alice", "tea", [1, 0, 0])])
         with pytest.raises(StoreUnavailable):
-            await idx.search(Scope("t", "alice"), [1.0, 0.0, 0.0], Bm25Encoder().query("tea"), 5)
+            await idx.legs(Scope("t", "alice"), [1.0, 0.0, 0.0], Bm25Encoder().query("tea"), 5)
     finally:
         await idx.close()
 
@@ -145,5 +146,5 @@ async def test_points_with_and_without_context_legs_live_side_by_side(index: Vec
     assert answer in {h.id for h in legs.dense}
     assert len(legs.dense) == 3  # alice's active points, with or without context
     assert await index.context_vectors([answer, "00000000-0000-0000-0000-000000000001"]) == {answer: [0.0, 1.0, 0.0]}
-    fused = await index.search(Scope("t", "alice"), [0.0, 1.0, 0.0], bm25.query("concert"), 1)
+    fused = await search(index, Scope("t", "alice"), [0.0, 1.0, 0.0], bm25.query("concert"), 1)
     assert [h.id for h in fused] == [answer]

@@ -9,7 +9,8 @@ from datetime import timedelta
 from schemas import MemoryStatus
 from schemas.export import ExportDocument, ExportPage, document_json
 from services.stores.postgres import MemoryWriter, PgPool
-from services.stores.postgres.export import export_head, export_pages, export_user
+from services.stores.postgres.export import export_head, export_pages
+from tests.store_reads import export_user
 from tests.stores.test_forget import NOW, memory, seed
 
 ROWS, PAGE = 3000, 500

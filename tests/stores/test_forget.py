@@ -9,9 +9,9 @@ from schemas import MemoryRecord, MemoryStatus, TurnEvent, partition_key
 from services.core.textutil import stable_id
 from services.stores.postgres import ChunkMark, MemoryWriter, Outbox, OutboxMessage, PgPool, SummaryStore, WindowStore
 from services.stores.postgres.commands import CommandStore
-from services.stores.postgres.export import export_user
 from services.stores.postgres.forget import forget_user, holds_user, user_tables
 from tests.factories import memory_record
+from tests.store_reads import export_user
 from tests.user_rows import rows_naming
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)

@@ -30,6 +30,7 @@ from services.core.textutil import stable_id
 from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, OutboxMessage, PgPool, WindowStore
 from services.stores.postgres.maintenance import idle_sessions
 from tests.factories import turn_event
+from tests.store_reads import open_questions
 from tests.unit.test_questions import question_record
 
 NOW = datetime(2027, 1, 1, tzinfo=UTC)
@@ -186,7 +187,7 @@ async def test_a_pass_defers_questions_surfaced_often_or_open_long_and_an_answer
     fresh = asked_again("fresh", surfaced=2, age=timedelta(days=5))
     await seed(pool, [(surfaced, near_axis(1)), (old, near_axis(2)), (fresh, near_axis(3))])
     reads = MemoryReader(pool)
-    assert {q.id for q in await reads.open_questions("t", "u", limit=10)} == {surfaced.id, old.id, fresh.id}
+    assert {q.id for q in await open_questions(pool, "t", "u", limit=10)} == {surfaced.id, old.id, fresh.id}
     outbox = Outbox(pool)
     sent = Sent(outbox, keys_of(pool))
 
@@ -211,7 +212,7 @@ async def test_a_pass_defers_questions_surfaced_often_or_open_long_and_an_answer
         fresh.id: (QuestionState.OPEN, 0, 1),
     }
     # Recall's topic touch starts from the open questions only, and would not touch a deferred one anyway.
-    assert [q.id for q in await reads.open_questions("t", "u", limit=10)] == [fresh.id]
+    assert [q.id for q in await open_questions(pool, "t", "u", limit=10)] == [fresh.id]
     assert not touches(rows[surfaced.id], "what about the Japan conference visa?", [["Japan"]])
 
     sent.changes.clear()

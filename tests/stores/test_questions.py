@@ -9,17 +9,18 @@ from agents.questions import question_candidates
 from agents.rules.candidates import candidates_for_turn
 from schemas import ChangeOp, EmbeddedCandidate, EvictedChunk, MemoryType
 from schemas.memory import QuestionState
-from services.stores.postgres import MemoryReader, MemoryWriter, PgPool
+from services.stores.postgres import MemoryWriter, PgPool
 from tests.factories import turn_event
+from tests.store_reads import open_questions
 from tests.unit.test_questions import question_record
 
 
 async def test_a_later_statement_resolves_an_open_question_once(pool: PgPool) -> None:
-    writer, reader = MemoryWriter(), MemoryReader(pool)
+    writer = MemoryWriter()
     question = question_record()
     async with pool.transaction("t") as conn:
         await writer.upsert(conn, question, [1.0, 0.0, 0.0])
-    assert [q.id for q in await reader.open_questions("t", "u", limit=5)] == [question.id]
+    assert [q.id for q in await open_questions(pool, "t", "u", limit=5)] == [question.id]
 
     said = turn_event(4, "Turns out the Japan conference visa is a short business visa.")
     said = said.model_copy(update={"ts": question.observed_at + timedelta(days=2)})
@@ -31,7 +32,7 @@ async def test_a_later_statement_resolves_an_open_question_once(pool: PgPool) ->
     assert change.vector == [1.0, 0.0, 0.0]  # the question stays indexed
     assert change.record.question is not None
     assert change.record.question.state is QuestionState.TENTATIVELY_RESOLVED
-    assert await reader.open_questions("t", "u", limit=5) == []
+    assert await open_questions(pool, "t", "u", limit=5) == []
     async with pool.transaction("t") as conn:
         assert await resolve_questions(writer, conn, batch, said.ts) == []
 

@@ -21,6 +21,7 @@ from services.stores.postgres import MemoryWriter, PgPool
 from services.stores.qdrant_edge_index import EdgeIndex
 from services.stores.qdrant_server_index import ServerIndex
 from services.stores.vector import Bm25Encoder, IndexedMemory, Scope
+from tests.index_probe import search
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -100,7 +101,7 @@ async def test_an_edge_rebuild_replaces_the_shard_with_exactly_the_indexable_mem
     await index.ensure(384)
     try:
         assert await index.count() == len(ACTIVE)
-        hits = await index.search(Scope("t", "ann"), vector(3), Bm25Encoder().query("note 3 tea"), 3)
+        hits = await search(index, Scope("t", "ann"), vector(3), Bm25Encoder().query("note 3 tea"), 3)
         assert hits[0].id == ACTIVE[3].id
         # The point is the sink's: the same payload the sink builds from the record.
         expected = as_sink_writes_it(ACTIVE[3], vector(3)).payload

@@ -21,6 +21,7 @@ from services.core.pgpass import read_password
 from services.stores.postgres import MemoryReader, MemoryWriter, PgPool, WindowStore, migrate
 from services.stores.postgres.memory_reads import LiveHit
 from tests.factories import turn_event
+from tests.store_reads import open_questions
 from tests.stores.test_postgres import memory
 from tests.unit.test_questions import question_record
 
@@ -128,7 +129,7 @@ async def test_recall_reads_answer_what_the_single_reads_answer_in_one_flight(co
 
     wire.reset()
     profile = await reader.active_profile("t", "u", CLOSE, 0.5, limit=3)
-    questions = await reader.open_questions("t", "u", limit=50)
+    questions = await open_questions(pool, "t", "u", limit=50)
     window = await windows.working_window("t", "u", "s")
     assert wire.flights == 3
 

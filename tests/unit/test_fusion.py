@@ -16,11 +16,11 @@ from services.stores.fusion import (
     RecallFusion,
     fuse_legs,
     normalised,
-    payload_traits,
     weighted,
 )
 from services.stores.postgres.memory_reads import LiveHit
 from services.stores.vector import Hit, Legs
+from tests.index_probe import payload_traits, with_payloads
 
 W = FusionWeights(dense=0.4, sparse=0.6)
 
@@ -189,7 +189,7 @@ def test_legs_keep_their_order_when_restricted_and_name_each_point_once(legs: Le
 def test_legs_without_payloads_take_them_from_a_lookup_and_drop_what_it_lacks() -> None:
     legs = Legs(dense=[Hit("a", 0.9), Hit("b", 0.5)], sparse_ctx=[Hit("b", 2.0), Hit("c", 1.0)])
     assert all(h.payload == {} for leg_ in legs.all() for h in leg_)
-    filled = legs.with_payloads({"b": {"text": "b"}, "c": {"text": "c"}})
+    filled = with_payloads(legs, {"b": {"text": "b"}, "c": {"text": "c"}})
     assert filled.dense == [Hit("b", 0.5, {"text": "b"})]
     assert filled.sparse_ctx == [Hit("b", 2.0, {"text": "b"}), Hit("c", 1.0, {"text": "c"})]
 

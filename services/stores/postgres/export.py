@@ -99,19 +99,6 @@ async def export_pages(
         yield ExportPage("session_summaries", [ExportedSummary.model_validate(r) for r in rows])
 
 
-async def export_user(
-    conn: Conn, tenant_id: str, user_id: str, *, exported_at: datetime, embedding_model: str | None
-) -> ExportDocument:
-    """Everything held on the user as one document in memory (tests, small users); vectors only when
-    `embedding_model` names the model that made them. The HTTP route streams the same pages instead."""
-    sections: dict[str, list[Any]] = {}
-    async with conn.transaction():  # the pages' cursors live in a transaction (a savepoint in the caller's)
-        head = await export_head(conn, tenant_id, user_id, exported_at=exported_at, embedding_model=embedding_model)
-        async for page in export_pages(conn, tenant_id, user_id, vectors=embedding_model is not None):
-            sections.setdefault(page.section, []).extend(page.items)
-    return head.model_copy(update={**sections, "vectors": dict(sections.get("vectors", []))})
-
-
 def _iso(value: datetime) -> str:
     """Turn times go through the contract's strict RFC 3339 validator, which takes text, not datetimes."""
     return value.isoformat()

@@ -46,7 +46,7 @@ _ACTIVE_OF_IDS = "FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s AND 
 # live here alone: re-indexing a point on every recall mark would make reads cost writes.
 _HITS_SQL = f"""SELECT id, type, text, importance, observed_at, entities, provenance AS source, compressed,
         cardinality(context) > 0 AS has_context, access_count, last_accessed_at {_ACTIVE_OF_IDS}"""
-_OPEN_QUESTIONS_SQL = f"""SELECT {_RECORD_COLUMNS} FROM memories
+OPEN_QUESTIONS_SQL = f"""SELECT {_RECORD_COLUMNS} FROM memories
     WHERE tenant_id = %(t)s AND user_id = %(u)s AND type = 'question' AND status = 'active'
       AND question->>'state' = 'open'
     ORDER BY observed_at DESC, id LIMIT %(k)s"""
@@ -200,7 +200,7 @@ class MemoryReader:
                     _PROFILE_SQL, {**params, "q": vec, "min": min_similarity, "k": profile_limit}
                 )
                 questions = (
-                    await conn.execute(_OPEN_QUESTIONS_SQL, {**params, "k": questions_limit})
+                    await conn.execute(OPEN_QUESTIONS_SQL, {**params, "k": questions_limit})
                     if questions_limit > 0
                     else None
                 )
@@ -303,9 +303,3 @@ class MemoryReader:
         async with self._pool.connection("counts") as conn:
             cur = await conn.execute("SELECT type, status, count(*) AS n FROM memories GROUP BY type, status")
             return [(r["type"], r["status"], int(r["n"])) for r in await cur.fetchall()]
-
-    async def open_questions(self, tenant_id: str, user_id: str, limit: int) -> list[MemoryRecord]:
-        """The user's questions still open, newest first: recall surfaces those the conversation touches."""
-        async with self._pool.connection("open_questions") as conn:
-            rows = await _rows(conn, _OPEN_QUESTIONS_SQL, {"t": tenant_id, "u": user_id, "k": limit})
-            return [record_from_row(r) for r in rows]
