@@ -1,4 +1,4 @@
-"""Context units (issue 11) through the stores: the consolidator keeps an exchange's context and its vector,
+"""Context units through the stores: the consolidator keeps an exchange's context and its vector,
 a repeat in another context keeps the first, a store rebuild from the changes and an index rebuild from
 Postgres bring both back, and an index from before context vectors is refused with what to do."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.consolidator.apply import BatchContext, apply_candidate
+from agents.consolidator.apply.candidate import apply_candidate
+from agents.consolidator.apply.context import BatchContext
 from agents.rules.candidates import candidates_for_turn
 from schemas import ChangeOp, EmbeddedCandidate, MemoryCandidate, MemoryType
 from services.core.config import Settings

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agents.consolidator.questions import resolve_questions
-from agents.maintenance.logic import Rules
+from agents.maintenance.rules.config import Rules
 from agents.maintenance.run import run_pass
 from agents.rules.candidates import candidates_for_turn
 from schemas import (
