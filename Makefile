@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test check fmt install lock schemas dashboard bench bench-locomo bench-log clean
+.PHONY: up test test-fast check fmt install lock schemas dashboard bench bench-locomo bench-log clean
 
 # Every package at the version in requirements.lock (pinned, hashed; main + dev
 # dependencies), then memstream itself on top without resolving anything.
@@ -29,7 +29,6 @@ test: $(STAMP)
 
 # The fast lane (~2-3 min): every test but those marked `stack` (they start an embedded Postgres,
 # broker or whole stack; tests/conftest.py marks them from the fixtures and starters they use).
-.PHONY: test-fast
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not stack"
 
@@ -38,6 +37,7 @@ check: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/python -m ops.check_deploy
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .

@@ -91,23 +91,23 @@ async def _follow(rt: Runtime, scoped: Settings, max_delay: float) -> None:
         max_request_size=scoped.max_message_bytes + 64 * 1024,
         **aiokafka_kwargs(scoped),
     )
-    await consumer.start()
+    # Both are stopped whatever happens, a failed start() included: aiokafka keeps a started
+    # client's connections open until stop(), and a client that never started still holds its loop.
     try:
+        await consumer.start()
         await producer.start()
-        try:
-            follower = Follower(rt, producer, gen.topic("dlq"), scoped.max_message_bytes, max_delay)
-            log.info("read service feeds generation %s's index from %s", gen.name, gen.topic("changes"))
-            while True:
-                fetched = await consumer.getmany(timeout_ms=1000, max_records=scoped.consolidate_batch_size)
-                records: Sequence[Any] = [r for batch in fetched.values() for r in batch]
-                if not records:
-                    continue
-                await follower.index(records)
-                await consumer.commit()
-                metrics.EVENTS_IN.labels(stage=STAGE).inc(len(records))
-        finally:
-            await producer.stop()
+        follower = Follower(rt, producer, gen.topic("dlq"), scoped.max_message_bytes, max_delay)
+        log.info("read service feeds generation %s's index from %s", gen.name, gen.topic("changes"))
+        while True:
+            fetched = await consumer.getmany(timeout_ms=1000, max_records=scoped.consolidate_batch_size)
+            records: Sequence[Any] = [r for batch in fetched.values() for r in batch]
+            if not records:
+                continue
+            await follower.index(records)
+            await consumer.commit()
+            metrics.EVENTS_IN.labels(stage=STAGE).inc(len(records))
     finally:
+        await producer.stop()
         await consumer.stop()
 
 

@@ -85,6 +85,13 @@ class Harness:
         """What the agent published on memory.changes, opened with the users' keys as subscribers open it."""
         return await opened(self.runtime.keys, [value for _, value, _ in self.sink("changes").sent])
 
+    async def dead_letters(self) -> list[bytes | None]:
+        """What the agent put on memory.dlq, each value opened with its user's key as the operator's reader opens it."""
+        sent = self.sink("dlq").sent
+        return [
+            entry.value for entry in await dead_letter_entries(self.runtime.keys, [(v, h or {}) for _, v, h in sent])
+        ]
+
     async def sealed(self, change: MemoryChange) -> bytes:
         """`change` as a memory.changes message, sealed with its user's key (made if they have none)."""
         return seal_change(await self.runtime.keys.get_or_create(change.tenant_id, change.user_id), change)

@@ -155,10 +155,15 @@ async def test_garbage_twice_is_dead_lettered_and_the_rule_path_stores_the_candi
     fake.queue(Reply(content="sure! I'd UPDATE it"), answer({"action": "UPDATE", "target_id": "made-up"}))
     await h.feed([codec.dumps(NEW)], lambda: bool(changes.sent) and bool(dlq.sent))
     assert dlq.reasons() == [b"llm_invalid_output"]
-    key, value, headers = dlq.sent[0]
+    key, _, headers = dlq.sent[0]
+    (value,) = await h.dead_letters()
+    assert value is not None
     assert (key, orjson.loads(value)["candidate"]["candidate_id"]) == (b"t:u", COFFEE)
     assert headers is not None
-    assert "made-up" in headers["x-memstream-error"].decode()
+    error = headers["x-memstream-error"].decode()
+    assert error.startswith("llm decide: invalid_output: target_id")
+    # The letter is sealed for its user and its header stays in clear: what the model quoted is redacted.
+    assert "made-up" not in error
     (coffee,) = await memory_ids(h, COFFEE)
     assert [(c["op"], c["record"]["id"]) for c in await h.changes()] == [("added", coffee)]
     assert await statuses(h) == {OLD_ID: "active", coffee: "active"}
