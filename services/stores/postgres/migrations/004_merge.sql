@@ -1,4 +1,4 @@
--- Semantic dedup (issue 8): the consolidator looks up, once per batch, the
+-- Semantic dedup: the consolidator looks up, once per batch, the
 -- nearest active memory of each candidate's type. `embedding` has no declared
 -- dimension (other models may come), and HNSW needs one, so the index is on
 -- the 384-dimension cast (all-MiniLM-L6-v2), partial on the rows a merge can

@@ -1,4 +1,4 @@
--- The rolling per-session summary of the LLM fact extraction (issue 8, LLM
+-- The rolling per-session summary of the LLM fact extraction (LLM
 -- path a): each evicted chunk is sent with the summary so far and the answer's
 -- updated summary replaces it. The row remembers the chunk folded last and
 -- the summary as it was before that chunk, so a redelivered chunk never folds

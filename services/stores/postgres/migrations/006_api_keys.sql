@@ -1,4 +1,4 @@
--- API keys (issue 9; services/auth). Only a keyed hash of each key is kept
+-- API keys (services/auth). Only a keyed hash of each key is kept
 -- (HMAC-SHA256 with the server's secret): the key itself is shown once, when
 -- it is created, and never stored. `hint` is the key's first characters, so a
 -- person can tell keys apart in `memstream keys list`. A key without a tenant

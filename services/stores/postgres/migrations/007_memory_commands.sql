@@ -1,4 +1,4 @@
--- Memory commands (issue 9).
+-- Memory commands.
 -- What a command changed, so a client that asked to wait (`?wait=true`) can
 -- tell when Postgres and the index both show it: [{id, op, version, indexed}].
 ALTER TABLE applied_commands ADD COLUMN outcome jsonb;

@@ -1,4 +1,4 @@
--- Per-user data keys of the encrypted archive (issue 10; services/archive).
+-- Per-user data keys of the encrypted archive (services/archive).
 -- memory.archive holds every accepted turn sealed with its user's data key;
 -- the key is kept here only wrapped (AES-GCM) by the master key from settings,
 -- and `master_key_id` names that master key (a digest, not the key), so a

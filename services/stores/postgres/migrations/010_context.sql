@@ -1,4 +1,4 @@
--- Context units for exchanges (issue 11). An exchange memory (one user turn)
+-- Context units for exchanges. An exchange memory (one user turn)
 -- keeps the texts of the turns just before it in its session (`context`,
 -- oldest first; empty for every other memory and for a turn that opened its
 -- session) and the embedding of the turn before it together with the turn
