@@ -8,19 +8,15 @@ Export and import are services/api/transfer_routes.py.
 
 from __future__ import annotations
 
-import time
-import uuid
-
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException
 
 from schemas import MemoryRecord, MemoryStatus
 from schemas.commands import AddMemory, CorrectMemory, DeleteMemory, DeleteSession, DeleteTopic, ForgetUser
 from services.api import docs, errors
-from services.api.auth import CurrentPrincipal
-from services.api.command_models import AddMemoryRequest, CommandReceipt, CorrectMemoryRequest, TenantOptQ, Topic, Wait
-from services.api.command_submit import ACCEPTED, CommandSubmitter, command_tenant, not_found, now
+from services.api.command_models import AddMemoryRequest, CommandReceipt, CorrectMemoryRequest, Topic
+from services.api.command_submit import ACCEPTED, CommandSubmitter, Target, not_found
 from services.api.jsonbody import StrictJsonRoute
-from services.api.models import MemoryIdPath, SessionPath, UserPath
+from services.api.models import MemoryIdPath, SessionPath
 from services.core.command_rules import matches_topic, new_memory_id
 from services.runtime import Runtime
 from services.stores.postgres.commands import CommandStore
@@ -49,23 +45,12 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
         summary="Add a memory by hand (embedded and indexed like any other; provenance source: manual)",
         responses={**ACCEPTED, **errors.responses(409)},
     )
-    async def add_memory(
-        user_id: UserPath,
-        body: AddMemoryRequest,
-        principal: CurrentPrincipal,
-        response: Response,
-        tenant_id: TenantOptQ = None,
-        wait: Wait = False,
-    ) -> CommandReceipt:
-        started = time.monotonic()
-        tenant = command_tenant(principal, tenant_id, body.tenant_id)
-        command_id = str(uuid.uuid4())
-        memory_id = new_memory_id(tenant, user_id, command_id)
-        fields = body.model_dump(exclude={"tenant_id"})
-        cmd = AddMemory(
-            command_id=command_id, tenant_id=tenant, user_id=user_id, at=now(), memory_id=memory_id, **fields
-        )
-        return await commands.submit(response, [cmd], wait=wait, started=started, memory_id=memory_id)
+    async def add_memory(body: AddMemoryRequest, target: Target) -> CommandReceipt:
+        tenant = target.tenant(body.tenant_id)
+        envelope = target.envelope(tenant)
+        memory_id = new_memory_id(tenant, target.user_id, envelope["command_id"])
+        cmd = AddMemory(**envelope, memory_id=memory_id, **body.model_dump(exclude={"tenant_id"}))
+        return await commands.submit(target, [cmd], memory_id=memory_id)
 
     @api.patch(
         "/v1/users/{user_id}/memories/{memory_id}",
@@ -74,31 +59,13 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
         summary="Correct a memory's text: a new version supersedes it (history kept), re-embedded and re-indexed",
         responses={**ACCEPTED, **errors.responses(404, 409)},
     )
-    async def correct_memory(
-        user_id: UserPath,
-        memory_id: MemoryIdPath,
-        body: CorrectMemoryRequest,
-        principal: CurrentPrincipal,
-        response: Response,
-        tenant_id: TenantOptQ = None,
-        wait: Wait = False,
-    ) -> CommandReceipt:
-        started = time.monotonic()
-        tenant = command_tenant(principal, tenant_id, body.tenant_id)
-        await current(tenant, user_id, memory_id)
-        command_id = str(uuid.uuid4())
-        new_id = new_memory_id(tenant, user_id, command_id)
-        cmd = CorrectMemory(
-            command_id=command_id,
-            tenant_id=tenant,
-            user_id=user_id,
-            at=now(),
-            memory_id=memory_id,
-            new_id=new_id,
-            text=body.text,
-            value=body.value,
-        )
-        return await commands.submit(response, [cmd], wait=wait, started=started, memory_id=new_id)
+    async def correct_memory(memory_id: MemoryIdPath, body: CorrectMemoryRequest, target: Target) -> CommandReceipt:
+        tenant = target.tenant(body.tenant_id)
+        await current(tenant, target.user_id, memory_id)
+        envelope = target.envelope(tenant)
+        new_id = new_memory_id(tenant, target.user_id, envelope["command_id"])
+        cmd = CorrectMemory(**envelope, memory_id=memory_id, new_id=new_id, text=body.text, value=body.value)
+        return await commands.submit(target, [cmd], memory_id=new_id)
 
     @api.delete(
         "/v1/users/{user_id}/memories/{memory_id}",
@@ -107,21 +74,10 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
         summary="Delete one memory: out of recall and the index, kept in history as `deleted`",
         responses={**ACCEPTED, **errors.responses(404, 409)},
     )
-    async def delete_memory(
-        user_id: UserPath,
-        memory_id: MemoryIdPath,
-        principal: CurrentPrincipal,
-        response: Response,
-        tenant_id: TenantOptQ = None,
-        wait: Wait = False,
-    ) -> CommandReceipt:
-        started = time.monotonic()
-        tenant = command_tenant(principal, tenant_id)
-        await current(tenant, user_id, memory_id)
-        cmd = DeleteMemory(
-            command_id=str(uuid.uuid4()), tenant_id=tenant, user_id=user_id, at=now(), memory_id=memory_id
-        )
-        return await commands.submit(response, [cmd], wait=wait, started=started)
+    async def delete_memory(memory_id: MemoryIdPath, target: Target) -> CommandReceipt:
+        tenant = target.tenant()
+        await current(tenant, target.user_id, memory_id)
+        return await commands.submit(target, [DeleteMemory(**target.envelope(tenant), memory_id=memory_id)])
 
     @api.delete(
         "/v1/users/{user_id}/memories",
@@ -133,22 +89,13 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
         "or entities: `green tea` takes `I love green tea`, not `greenhouse tea rooms`.",
         responses={**ACCEPTED, **errors.responses(404)},
     )
-    async def delete_topic(
-        user_id: UserPath,
-        topic: Topic,
-        principal: CurrentPrincipal,
-        response: Response,
-        tenant_id: TenantOptQ = None,
-        wait: Wait = False,
-    ) -> CommandReceipt:
-        started = time.monotonic()
-        tenant = command_tenant(principal, tenant_id)
+    async def delete_topic(topic: Topic, target: Target) -> CommandReceipt:
+        tenant = target.tenant()
         async with rt.pg.connection("delete_topic_check") as conn:
-            active = await store.active(conn, tenant, user_id)
+            active = await store.active(conn, tenant, target.user_id)
         if not any(matches_topic(record, topic) for record in active):
             raise not_found(f"memory about {topic!r}")
-        cmd = DeleteTopic(command_id=str(uuid.uuid4()), tenant_id=tenant, user_id=user_id, at=now(), topic=topic)
-        return await commands.submit(response, [cmd], wait=wait, started=started)
+        return await commands.submit(target, [DeleteTopic(**target.envelope(tenant), topic=topic)])
 
     @api.delete(
         "/v1/users/{user_id}/sessions/{session_id}/memories",
@@ -157,24 +104,13 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
         summary="Delete every active memory derived from one session (its provenance names the session)",
         responses={**ACCEPTED, **errors.responses(404)},
     )
-    async def delete_session(
-        user_id: UserPath,
-        session_id: SessionPath,
-        principal: CurrentPrincipal,
-        response: Response,
-        tenant_id: TenantOptQ = None,
-        wait: Wait = False,
-    ) -> CommandReceipt:
-        started = time.monotonic()
-        tenant = command_tenant(principal, tenant_id)
+    async def delete_session(session_id: SessionPath, target: Target) -> CommandReceipt:
+        tenant = target.tenant()
         async with rt.pg.connection("delete_session_check") as conn:
-            active = await store.active(conn, tenant, user_id, session_id=session_id)
+            active = await store.active(conn, tenant, target.user_id, session_id=session_id)
         if not active:
             raise not_found(f"memory from session {session_id}")
-        cmd = DeleteSession(
-            command_id=str(uuid.uuid4()), tenant_id=tenant, user_id=user_id, at=now(), session_id=session_id
-        )
-        return await commands.submit(response, [cmd], wait=wait, started=started)
+        return await commands.submit(target, [DeleteSession(**target.envelope(tenant), session_id=session_id)])
 
     @api.delete(
         "/v1/users/{user_id}",
@@ -186,18 +122,10 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
         "unknown user. What is still in flight on the topics for the user is processed as it arrives.",
         responses={**ACCEPTED, **errors.responses(404)},
     )
-    async def forget_user(
-        user_id: UserPath,
-        principal: CurrentPrincipal,
-        response: Response,
-        tenant_id: TenantOptQ = None,
-        wait: Wait = False,
-    ) -> CommandReceipt:
-        started = time.monotonic()
-        tenant = command_tenant(principal, tenant_id)
-        await _known(tenant, user_id)
-        cmd = ForgetUser(command_id=str(uuid.uuid4()), tenant_id=tenant, user_id=user_id, at=now())
-        return await commands.submit(response, [cmd], wait=wait, started=started)
+    async def forget_user(target: Target) -> CommandReceipt:
+        tenant = target.tenant()
+        await _known(tenant, target.user_id)
+        return await commands.submit(target, [ForgetUser(**target.envelope(tenant))])
 
     async def _known(tenant_id: str, user_id: str) -> None:
         async with rt.pg.connection("user_known") as conn:

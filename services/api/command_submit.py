@@ -1,4 +1,4 @@
-"""What every memory command route shares: the tenant it acts in, its 404, and producing then (maybe) waiting.
+"""What every memory command route shares: its target, its 404, and producing then (maybe) waiting.
 
 A command is produced to `memory.commands` and applied by the consolidator's
 commands stage, in order with the user's other commands. The answer is 202
@@ -12,16 +12,19 @@ MEMSTREAM_HTTP_REQUEST_TIMEOUT plus MEMSTREAM_COMMAND_WAIT_TIMEOUT
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
-from fastapi import HTTPException, Response
+from fastapi import Depends, HTTPException, Response
 
 from schemas.commands import AnyCommand
-from services.api.auth import tenant_scope
+from services.api.auth import CurrentPrincipal, tenant_scope
 from services.api.command_log import CommandLog, wait_until_applied
-from services.api.command_models import AppliedChange, CommandReceipt
+from services.api.command_models import AppliedChange, CommandReceipt, TenantOptQ, Wait
+from services.api.models import UserPath
 from services.auth import Principal
 from services.runtime import Runtime
 from services.stores.postgres.commands import CommandStore
@@ -49,6 +52,47 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+class Envelope(TypedDict):
+    """The fields every command starts with."""
+
+    command_id: str
+    tenant_id: str
+    user_id: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class CommandTarget:
+    """The parameters every command route takes besides its own: the user, the key, `?tenant_id`, `?wait`.
+
+    `started` is when the request reached the route: a wait is cut to what is left of the request's deadline.
+    """
+
+    user_id: str
+    principal: Principal
+    query_tenant: str | None
+    wait: bool
+    response: Response
+    started: float
+
+    def tenant(self, body_tenant: str | None = None) -> str:
+        """The tenant the command acts in; a route whose body may name one passes it (see `command_tenant`)."""
+        return command_tenant(self.principal, self.query_tenant, body_tenant)
+
+    def envelope(self, tenant: str) -> Envelope:
+        """A new command's id, tenant, user and time."""
+        return Envelope(command_id=str(uuid.uuid4()), tenant_id=tenant, user_id=self.user_id, at=now())
+
+
+async def command_target(
+    user_id: UserPath, principal: CurrentPrincipal, response: Response, tenant_id: TenantOptQ = None, wait: Wait = False
+) -> CommandTarget:
+    return CommandTarget(user_id, principal, tenant_id, wait, response, time.monotonic())
+
+
+Target = Annotated[CommandTarget, Depends(command_target)]
+
+
 class CommandSubmitter:
     """Produces a route's commands and builds its answer; one producer for every command route of the app."""
 
@@ -59,11 +103,9 @@ class CommandSubmitter:
 
     async def submit(
         self,
-        response: Response,
+        target: CommandTarget,
         commands: Sequence[AnyCommand],
         *,
-        wait: bool,
-        started: float,
         memory_id: str | None = None,
         command_id: str | None = None,
     ) -> CommandReceipt:
@@ -78,7 +120,7 @@ class CommandSubmitter:
             memory_id=memory_id,
             parts=len(commands) if first.kind == "import" else None,
         )
-        if not wait:
+        if not target.wait:
             return receipt
         # The request's deadline is http_request_timeout + command_wait_timeout (services.api.limits).
         left = settings.http_request_timeout + settings.command_wait_timeout - _ANSWER_MARGIN
@@ -89,11 +131,11 @@ class CommandSubmitter:
             first.user_id,
             [c.command_id for c in commands],
             forget=first.kind == "forget",
-            seconds=min(settings.command_wait_timeout, left - (time.monotonic() - started)),
+            seconds=min(settings.command_wait_timeout, left - (time.monotonic() - target.started)),
         )
         if changes is None:
             return receipt
-        response.status_code = 200
+        target.response.status_code = 200
         return receipt.model_copy(
             update={"status": "applied", "changes": [AppliedChange.model_validate(c) for c in changes]}
         )

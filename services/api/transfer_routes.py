@@ -8,18 +8,17 @@ produces them like any memory command (services/api/command_submit.py).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException
 from fastapi.responses import StreamingResponse
 
 from schemas.export import ExportDocument, document_json
 from services.api import docs, errors
 from services.api.auth import CurrentPrincipal
-from services.api.command_models import CommandReceipt, ImportRequest, TenantOptQ, Wait, WithVectors
-from services.api.command_submit import ACCEPTED, CommandSubmitter, command_tenant, not_found, now
+from services.api.command_models import CommandReceipt, ImportRequest, TenantOptQ, WithVectors
+from services.api.command_submit import ACCEPTED, CommandSubmitter, Target, command_tenant, not_found, now
 from services.api.jsonbody import StrictJsonRoute
 from services.api.models import UserPath
 from services.archive.codec import sealable_bytes
@@ -72,16 +71,8 @@ def transfer_router(rt: Runtime, commands: CommandSubmitter) -> APIRouter:
         "Vectors are used when they come from the same model, else the texts are re-embedded.",
         responses={**ACCEPTED, **errors.responses(409)},
     )
-    async def import_document(
-        user_id: UserPath,
-        body: ImportRequest,
-        principal: CurrentPrincipal,
-        response: Response,
-        tenant_id: TenantOptQ = None,
-        wait: Wait = False,
-    ) -> CommandReceipt:
-        started = time.monotonic()
-        tenant = command_tenant(principal, tenant_id, body.tenant_id)
+    async def import_document(body: ImportRequest, target: Target) -> CommandReceipt:
+        tenant, user_id = target.tenant(body.tenant_id), target.user_id
         async with rt.pg.connection("import_check") as conn:
             if await holds_user(conn, tenant, user_id):
                 raise HTTPException(409, "this user already holds data: import into a new user, or forget this one")
@@ -92,7 +83,7 @@ def transfer_router(rt: Runtime, commands: CommandSubmitter) -> APIRouter:
             parts = import_parts(body.document, tenant, user_id, import_id, now(), budget)
         except ItemTooLarge as exc:
             raise HTTPException(413, str(exc)) from exc
-        return await commands.submit(response, parts, wait=wait, started=started, command_id=import_id)
+        return await commands.submit(target, parts, command_id=import_id)
 
     return api
 
