@@ -24,11 +24,13 @@ import argparse
 import asyncio
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from typing import BinaryIO
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from typing import Any, BinaryIO, TypeVar
 
 from services.core.config import Settings
 from services.kafka.log_end import Message
+
+T = TypeVar("T")
 
 
 def wanted(key: bytes | None, tenant: str | None, user: str | None) -> bool:
@@ -86,21 +88,43 @@ def _batches(settings: Settings, args: argparse.Namespace) -> AsyncIterator[Sequ
     return follow_topic(settings, topic, from_beginning=args.from_beginning)
 
 
+def run_printer(
+    name: str,
+    main: Callable[[], Coroutine[Any, Any, T]],
+    summary: Callable[[T], str],
+    errors: tuple[type[Exception], ...],
+) -> int:
+    """Run a command that prints a topic to stdout, then `summary` of its result to stderr: exit status 0.
+
+    Ctrl-C is a normal stop (0); one of `errors` (a setting or a topic missing) is one line and 1, not a traceback.
+    """
+    try:
+        result = asyncio.run(main())
+    except KeyboardInterrupt:
+        return 0
+    except errors as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1
+    print(summary(result), file=sys.stderr)
+    return 0
+
+
+def tally(counts: Mapping[str, int]) -> str:
+    """`reason=n, ...` in name order, or `none`."""
+    return ", ".join(f"{what}={n}" for what, n in sorted(counts.items())) or "none"
+
+
 def _cmd_changes(settings: Settings, args: argparse.Namespace) -> int:
     from services.core.errors import ConfigError
 
-    try:
-        printed, skipped = asyncio.run(
-            print_changes(settings, _batches(settings, args), sys.stdout.buffer, tenant=args.tenant, user=args.user)
-        )
-    except KeyboardInterrupt:
-        return 0
-    except (ConfigError, LookupError) as exc:
-        print(f"changes: {exc}", file=sys.stderr)
-        return 1
-    details = ", ".join(f"{reason}={n}" for reason, n in sorted(skipped.items())) or "none"
-    print(f"{printed} changes printed; skipped: {details}", file=sys.stderr)
-    return 0
+    return run_printer(
+        "changes",
+        lambda: print_changes(
+            settings, _batches(settings, args), sys.stdout.buffer, tenant=args.tenant, user=args.user
+        ),
+        lambda result: f"{result[0]} changes printed; skipped: {tally(result[1])}",
+        (ConfigError, LookupError),
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,7 +14,6 @@ for `--idle` seconds (2 s). Values print as UTF-8 text (`value`), or base64
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from services.archive import dlq as sealed
+from services.cli.changes import run_printer, tally
 from services.core.config import Settings
 
 
@@ -95,16 +95,12 @@ async def print_dlq(settings: Settings, out: BinaryIO, *, idle: float = 2.0) -> 
 def _cmd_dlq(settings: Settings, args: argparse.Namespace) -> int:
     from services.core.errors import ConfigError
 
-    try:
-        states = asyncio.run(print_dlq(settings, sys.stdout.buffer, idle=args.idle))
-    except KeyboardInterrupt:
-        return 0
-    except ConfigError as exc:
-        print(f"dlq: {exc}", file=sys.stderr)
-        return 1
-    details = ", ".join(f"{state}={n}" for state, n in sorted(states.items())) or "none"
-    print(f"{sum(states.values())} entries; {details}", file=sys.stderr)
-    return 0
+    return run_printer(
+        "dlq",
+        lambda: print_dlq(settings, sys.stdout.buffer, idle=args.idle),
+        lambda states: f"{sum(states.values())} entries; {tally(states)}",
+        (ConfigError,),
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

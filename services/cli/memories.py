@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -164,9 +165,20 @@ def _forget(settings: Settings, args: argparse.Namespace) -> int:
     return _receipt(_request(settings, "DELETE", _user(args), tenant=args.tenant, params={"wait": args.wait}))
 
 
-def _scope(parser: argparse.ArgumentParser) -> None:
+def _on_user(
+    group: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    func: Callable[[Settings, argparse.Namespace], int],
+    *,
+    help: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """A subcommand about one user (`--user`, `--tenant`) that runs `func`; its own arguments come after these."""
+    parser = group.add_parser(name, help=help, description=description)
     parser.add_argument("--user", required=True, help="the user whose memory it is")
     parser.add_argument("--tenant", help="the tenant (default: the API key's; required with an operator key)")
+    parser.set_defaults(func=func)
+    return parser
 
 
 def _waits(parser: argparse.ArgumentParser) -> None:
@@ -183,23 +195,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     cmds = memories.add_subparsers(dest="memories_command", required=True)
 
-    listing = cmds.add_parser("list", help="list memories", description="List a user's memories, oldest first.")
-    _scope(listing)
+    listing = _on_user(cmds, "list", _list, help="list memories", description="List a user's memories, oldest first.")
     listing.add_argument("--type", choices=TYPES, help="only this type")
     listing.add_argument(
         "--status", choices=(*STATUSES, "any"), default="active", help="only this status; any: history too"
     )
     listing.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
     listing.add_argument("--json", action="store_true", help="full records as JSON")
-    listing.set_defaults(func=_list)
 
-    add = cmds.add_parser(
+    add = _on_user(
+        cmds,
         "add",
+        _add,
         help="add a memory by hand",
         description="Add a memory by hand: embedded and indexed like any other, provenance source manual. "
         "A keyed fact (--category, --key, --value) supersedes the user's current value of that key.",
     )
-    _scope(add)
     add.add_argument("--type", choices=TYPES, required=True, help="fact, preference, ...")
     add.add_argument("--text", required=True, help="the memory, as recall will show it")
     add.add_argument("--category", help="a keyed fact's category, e.g. location")
@@ -209,64 +220,63 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add.add_argument("--session", help="the session it comes from (default: manual)")
     add.add_argument("--entity", action="append", help="a name it is about (repeatable)")
     _waits(add)
-    add.set_defaults(func=_add)
 
-    correct = cmds.add_parser(
+    correct = _on_user(
+        cmds,
         "correct",
+        _correct,
         help="correct a memory's text",
         description="Correct a memory: a new version with the new text supersedes it (the old one stays in its "
         "history), re-embedded and re-indexed.",
     )
-    _scope(correct)
     correct.add_argument("memory_id", help="the memory to correct (its current version)")
     correct.add_argument("--text", required=True, help="the corrected text")
     correct.add_argument("--value", help="a keyed fact's corrected value")
     _waits(correct)
-    correct.set_defaults(func=_correct)
 
-    delete = cmds.add_parser(
+    delete = _on_user(
+        cmds,
         "delete",
+        _delete,
         help="delete one memory, a session's, or a topic's",
         description="Delete memories: one by id, every one derived from a session (--session), or every one "
         "about a topic or entity (--topic: its category, key or entity, or all of its words in the text). "
         "They leave recall and the index and stay in history as deleted until the user is forgotten.",
     )
-    _scope(delete)
     delete.add_argument("memory_id", nargs="?", help="the memory to delete")
     delete.add_argument("--session", help="delete every memory derived from this session")
     delete.add_argument("--topic", help="delete every memory about this topic or entity")
     _waits(delete)
-    delete.set_defaults(func=_delete)
 
-    export = cmds.add_parser(
+    export = _on_user(
+        cmds,
         "export",
+        _export,
         help="export everything held on a user as JSON",
         description="Everything memstream holds on the user as one memstream.export/v1 document: memories with "
         "their history and provenance, raw turns, sessions and their windows.",
     )
-    _scope(export)
     export.add_argument("-o", "--output", default="-", help="file to write (default: stdout)")
     export.add_argument("--vectors", action="store_true", help="include each memory's embedding")
-    export.set_defaults(func=_export)
 
-    load = cmds.add_parser(
+    load = _on_user(
+        cmds,
         "import",
+        _import,
         help="import an export document into a user",
         description="Load a memstream.export/v1 document into a user who holds no data (another tenant, user or "
         "installation). Exporting that user afterwards gives the same document back.",
     )
-    _scope(load)
     load.add_argument("file", help="the document, or - for stdin")
     _waits(load)
-    load.set_defaults(func=_import)
 
-    forget = sub.add_parser(
+    forget = _on_user(
+        sub,
         "forget-user",
+        _forget,
         help="delete everything held on a user",
         description="Forget a user: every row naming them in Postgres (memories and history, turns, sessions, "
         "summaries) and every index point. Afterwards the user is unknown to every route. Cannot be undone.",
     )
-    _scope(forget)
     forget.add_argument("--yes", action="store_true", help="really do it")
     _waits(forget)
-    forget.set_defaults(func=_forget)
