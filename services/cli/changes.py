@@ -94,9 +94,9 @@ def run_printer(
     summary: Callable[[T], str],
     errors: tuple[type[Exception], ...],
 ) -> int:
-    """Run a command that prints a topic to stdout, then `summary` of its result to stderr: exit status 0.
+    """Run `main`, which prints a topic; Ctrl-C stops it normally, one of `errors` is a line, not a traceback.
 
-    Ctrl-C is a normal stop (0); one of `errors` (a setting or a topic missing) is one line and 1, not a traceback.
+    `main` is called inside: building it may raise one of `errors` too (an unknown generation).
     """
     try:
         result = asyncio.run(main())

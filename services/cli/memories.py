@@ -165,20 +165,11 @@ def _forget(settings: Settings, args: argparse.Namespace) -> int:
     return _receipt(_request(settings, "DELETE", _user(args), tenant=args.tenant, params={"wait": args.wait}))
 
 
-def _on_user(
-    group: argparse._SubParsersAction[argparse.ArgumentParser],
-    name: str,
-    func: Callable[[Settings, argparse.Namespace], int],
-    *,
-    help: str,
-    description: str,
-) -> argparse.ArgumentParser:
-    """A subcommand about one user (`--user`, `--tenant`) that runs `func`; its own arguments come after these."""
-    parser = group.add_parser(name, help=help, description=description)
+def _scope(parser: argparse.ArgumentParser, func: Callable[[Settings, argparse.Namespace], int]) -> None:
+    """A subcommand about one user, run by `func`."""
     parser.add_argument("--user", required=True, help="the user whose memory it is")
     parser.add_argument("--tenant", help="the tenant (default: the API key's; required with an operator key)")
     parser.set_defaults(func=func)
-    return parser
 
 
 def _waits(parser: argparse.ArgumentParser) -> None:
@@ -195,7 +186,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     cmds = memories.add_subparsers(dest="memories_command", required=True)
 
-    listing = _on_user(cmds, "list", _list, help="list memories", description="List a user's memories, oldest first.")
+    listing = cmds.add_parser("list", help="list memories", description="List a user's memories, oldest first.")
+    _scope(listing, _list)
     listing.add_argument("--type", choices=TYPES, help="only this type")
     listing.add_argument(
         "--status", choices=(*STATUSES, "any"), default="active", help="only this status; any: history too"
@@ -203,14 +195,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     listing.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
     listing.add_argument("--json", action="store_true", help="full records as JSON")
 
-    add = _on_user(
-        cmds,
+    add = cmds.add_parser(
         "add",
-        _add,
         help="add a memory by hand",
         description="Add a memory by hand: embedded and indexed like any other, provenance source manual. "
         "A keyed fact (--category, --key, --value) supersedes the user's current value of that key.",
     )
+    _scope(add, _add)
     add.add_argument("--type", choices=TYPES, required=True, help="fact, preference, ...")
     add.add_argument("--text", required=True, help="the memory, as recall will show it")
     add.add_argument("--category", help="a keyed fact's category, e.g. location")
@@ -221,62 +212,57 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add.add_argument("--entity", action="append", help="a name it is about (repeatable)")
     _waits(add)
 
-    correct = _on_user(
-        cmds,
+    correct = cmds.add_parser(
         "correct",
-        _correct,
         help="correct a memory's text",
         description="Correct a memory: a new version with the new text supersedes it (the old one stays in its "
         "history), re-embedded and re-indexed.",
     )
+    _scope(correct, _correct)
     correct.add_argument("memory_id", help="the memory to correct (its current version)")
     correct.add_argument("--text", required=True, help="the corrected text")
     correct.add_argument("--value", help="a keyed fact's corrected value")
     _waits(correct)
 
-    delete = _on_user(
-        cmds,
+    delete = cmds.add_parser(
         "delete",
-        _delete,
         help="delete one memory, a session's, or a topic's",
         description="Delete memories: one by id, every one derived from a session (--session), or every one "
         "about a topic or entity (--topic: its category, key or entity, or all of its words in the text). "
         "They leave recall and the index and stay in history as deleted until the user is forgotten.",
     )
+    _scope(delete, _delete)
     delete.add_argument("memory_id", nargs="?", help="the memory to delete")
     delete.add_argument("--session", help="delete every memory derived from this session")
     delete.add_argument("--topic", help="delete every memory about this topic or entity")
     _waits(delete)
 
-    export = _on_user(
-        cmds,
+    export = cmds.add_parser(
         "export",
-        _export,
         help="export everything held on a user as JSON",
         description="Everything memstream holds on the user as one memstream.export/v1 document: memories with "
         "their history and provenance, raw turns, sessions and their windows.",
     )
+    _scope(export, _export)
     export.add_argument("-o", "--output", default="-", help="file to write (default: stdout)")
     export.add_argument("--vectors", action="store_true", help="include each memory's embedding")
 
-    load = _on_user(
-        cmds,
+    load = cmds.add_parser(
         "import",
-        _import,
         help="import an export document into a user",
         description="Load a memstream.export/v1 document into a user who holds no data (another tenant, user or "
         "installation). Exporting that user afterwards gives the same document back.",
     )
+    _scope(load, _import)
     load.add_argument("file", help="the document, or - for stdin")
     _waits(load)
 
-    forget = _on_user(
-        sub,
+    forget = sub.add_parser(
         "forget-user",
-        _forget,
         help="delete everything held on a user",
         description="Forget a user: every row naming them in Postgres (memories and history, turns, sessions, "
         "summaries) and every index point. Afterwards the user is unknown to every route. Cannot be undone.",
     )
+    _scope(forget, _forget)
     forget.add_argument("--yes", action="store_true", help="really do it")
     _waits(forget)
