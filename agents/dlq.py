@@ -56,24 +56,12 @@ class DeadLetters:
         """Sealed and sent again after each outage (the key store's or the broker's) until the broker has it."""
 
         async def attempt() -> None:
-            await self._send_once(key, value, source, stage=stage, reason=reason, error=error)
+            letter = await entry(
+                self._keys, key, value, source, stage=stage, reason=reason, error=error, limit=self._value_limit
+            )
+            delivered = await self.topic.send(key=letter.key, value=letter.value, headers=letter.headers)
+            if delivered is not None:
+                await delivered  # the broker has it before the source offset may be committed
 
         await outlasting(attempt, stage=stage, what="dead letter queue", max_delay=self._max_delay)
         dead_lettered(stage, reason, where, error)
-
-    async def _send_once(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        source: dict[str, bytes],
-        *,
-        stage: str,
-        reason: str,
-        error: str,
-    ) -> None:
-        letter = await entry(
-            self._keys, key, value, source, stage=stage, reason=reason, error=error, limit=self._value_limit
-        )
-        delivered = await self.topic.send(key=letter.key, value=letter.value, headers=letter.headers)
-        if delivered is not None:
-            await delivered  # the broker has it before the source offset may be committed
