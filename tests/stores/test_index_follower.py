@@ -22,14 +22,14 @@ from prometheus_client import REGISTRY
 
 from ops.embedded.broker import broker_argv
 from ops.embedded.supervision import Child, free_port, tcp_open, wait_until
-from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
+from schemas import ChangeOp, MemoryChange
 from services.api.index_follower import STAGE, follow_index
 from services.archive.changes import seal_change
 from services.core import generations
 from services.core.config import Settings
 from services.core.stages import INDEX_STAGE, group_id
-from services.core.textutil import stable_id
 from services.runtime import Runtime
+from tests.factories import memory_record
 from tests.stack import produce_records, read_dlq
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
@@ -58,21 +58,7 @@ async def runtime(pg_dsn: str, tmp_path: Path, bootstrap: str) -> AsyncIterator[
 
 
 def change(text: str, vector: list[float]) -> MemoryChange:
-    record = MemoryRecord(
-        id=stable_id("t", "u", text),
-        tenant_id="t",
-        user_id="u",
-        type=MemoryType.PREFERENCE,
-        text=text,
-        content_hash=stable_id("hash", text),
-        importance=0.5,
-        confidence=1.0,
-        status=MemoryStatus.ACTIVE,
-        observed_at=NOW,
-        created_at=NOW,
-        updated_at=NOW,
-        source=Provenance(session_id="s", event_ids=["e"]),
-    )
+    record = memory_record(text, at=NOW)
     return MemoryChange(
         tenant_id="t", user_id="u", op=ChangeOp.ADDED, record=record, vector=vector, cause=["e"], committed_at=NOW
     )
