@@ -11,6 +11,10 @@ from services.api.errors import RETRY_AFTER_SECONDS, UNAVAILABLE
 from tests.api.conftest import LiveApi
 
 RECALL = {"tenant_id": "t1", "user_id": "u1", "query": "where does the user live?"}
+# The server shares this process (and 2 cores) with the test and the rest of the suite: its loop can
+# run late by a second on a loaded machine. The failure guarded against is waiting out the driver's
+# own timeouts (30 s), so the bound is the configured deadline plus that scheduling slack.
+SCHEDULING_SLACK = 1.5
 DRIVER_WORDS = ("psycopg", "postgres", "pool", "connection", "timeout", "127.0.0.1", "Traceback")
 
 
@@ -50,7 +54,7 @@ def test_postgres_outage_answers_503_fast_and_recovers(api: LiveApi) -> None:
                 response, took = timed(call)
                 print(f"outage round {round_} {name}: {response.status_code} in {took:.2f}s")
                 assert response.status_code == 503, response.text
-                assert took <= 2.5
+                assert took <= api.thread.settings.http_request_timeout + SCHEDULING_SLACK
                 assert response.headers["retry-after"] == str(RETRY_AFTER_SECONDS)
                 assert response.json() == {"error": {"code": "unavailable", "message": UNAVAILABLE}}
                 assert not any(word.lower() in response.text.lower() for word in DRIVER_WORDS)
