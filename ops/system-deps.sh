@@ -5,6 +5,7 @@
 #   qemu-user   qemu-x86_64: native binaries checked on an emulated AVX2-only CPU
 #   gcc         the AVX-512 control program of that same test
 #   prometheus  a real Prometheus scraping the embedded stack (tests/e2e)
+#   chromium, chromium-driver  the console driven in a real headless browser (tests/console)
 # Called by `make test` and .ci/run.
 set -u
 
@@ -12,6 +13,8 @@ missing=()
 command -v qemu-x86_64 >/dev/null 2>&1 || missing+=(qemu-user)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 say() { echo "system-deps: $*" >&2; }
