@@ -1,0 +1,1 @@
+"""The Python client of memstream's read service (sync and async)."""
