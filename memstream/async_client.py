@@ -1,0 +1,151 @@
+"""The asynchronous client (httpx.AsyncClient): the same methods as memstream.Client, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar, Unpack
+
+import httpx
+
+from memstream import _calls as calls
+from memstream._calls import Call, RecallOptions
+from memstream._retry import after_answer, after_error, result, transport_error
+from memstream.client import DEFAULT_TIMEOUT, headers
+from memstream.models import (
+    CommandReceipt,
+    Memory,
+    MemoryHistory,
+    Readiness,
+    RecallResult,
+    TurnsAccepted,
+    WorkingWindow,
+)
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """memstream's read service over HTTP. Every method raises a `memstream.MemstreamError` on failure."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = 3,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.retries = retries
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=headers(api_key), timeout=timeout, transport=transport
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, call: Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(call.method, call.path, params=call.query(), json=call.body)
+            except httpx.TransportError as exc:
+                delay = after_error(call, exc, attempt, self.retries)
+                if delay is None:
+                    raise transport_error(exc) from exc
+            else:
+                delay = after_answer(call, response, attempt, self.retries)
+                if delay is None:
+                    return result(call, response)
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    # Operations
+    async def healthz(self) -> dict[str, Any]:
+        """Liveness: `{"status": "ok"}` when the process answers."""
+        return dict(await self._send(calls.healthz()))
+
+    async def readyz(self) -> Readiness:
+        """Readiness of Kafka, Postgres and the index; `ready` False is an answer, not an exception."""
+        return await self._send(calls.readyz())
+
+    # Reads
+    async def recall(self, tenant_id: str, user_id: str, query: str, **options: Unpack[RecallOptions]) -> RecallResult:
+        """Ranked memories and a prompt block; options: top_k, token_budget, session_id, types, as_of, format, ..."""
+        return await self._send(calls.recall(tenant_id, user_id, query, options))
+
+    async def working(self, tenant_id: str, user_id: str, session_id: str) -> WorkingWindow:
+        """A session's working window (its recent turns)."""
+        return await self._send(calls.working(tenant_id, user_id, session_id))
+
+    async def list_memories(
+        self,
+        tenant_id: str,
+        user_id: str,
+        *,
+        type: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Memory]:
+        return await self._send(
+            calls.list_memories(tenant_id, user_id, type=type, status=status, limit=limit, offset=offset)
+        )
+
+    async def history(self, tenant_id: str, user_id: str, memory_id: str) -> MemoryHistory:
+        """A memory's versions, oldest first."""
+        return await self._send(calls.history(tenant_id, user_id, memory_id))
+
+    async def export(self, tenant_id: str, user_id: str, *, vectors: bool = False) -> dict[str, Any]:
+        """Everything held on a user as a `memstream.export/v1` document."""
+        return await self._send(calls.export(tenant_id, user_id, vectors))
+
+    # Writes
+    async def send_turns(self, events: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> TurnsAccepted:
+        """Chat events (one or a batch) onto chat.turns; safe to repeat (event ids are applied once)."""
+        return await self._send(calls.send_turns(events))
+
+    async def add_memory(
+        self, tenant_id: str, user_id: str, text: str, *, type: str = "fact", wait: bool = False, **fields: Any
+    ) -> CommandReceipt:
+        """A memory by hand; fields: category, key_name, value, importance, entities, ..."""
+        memory = {"type": type, "text": text, **fields}
+        return await self._send(calls.add_memory(tenant_id, user_id, memory, wait))
+
+    async def correct_memory(
+        self, tenant_id: str, user_id: str, memory_id: str, text: str, *, value: str | None = None, wait: bool = False
+    ) -> CommandReceipt:
+        return await self._send(calls.correct_memory(tenant_id, user_id, memory_id, text, value, wait))
+
+    async def delete_memory(
+        self, tenant_id: str, user_id: str, memory_id: str, *, wait: bool = False
+    ) -> CommandReceipt:
+        return await self._send(calls.delete_memory(tenant_id, user_id, memory_id, wait))
+
+    async def delete_memories(self, tenant_id: str, user_id: str, topic: str, *, wait: bool = False) -> CommandReceipt:
+        """Every active memory about a topic or entity."""
+        return await self._send(calls.delete_topic(tenant_id, user_id, topic, wait))
+
+    async def delete_session(
+        self, tenant_id: str, user_id: str, session_id: str, *, wait: bool = False
+    ) -> CommandReceipt:
+        """Every active memory derived from one session."""
+        return await self._send(calls.delete_session(tenant_id, user_id, session_id, wait))
+
+    async def forget_user(self, tenant_id: str, user_id: str, *, wait: bool = False) -> CommandReceipt:
+        return await self._send(calls.forget_user(tenant_id, user_id, wait))
+
+    async def import_document(
+        self, tenant_id: str, user_id: str, document: Mapping[str, Any], *, wait: bool = False
+    ) -> CommandReceipt:
+        """An export document into a user who holds no data."""
+        return await self._send(calls.import_document(tenant_id, user_id, document, wait))
