@@ -18,7 +18,7 @@ from typing import Any
 import faust
 
 from agents.housekeeping import survive
-from services.core import metrics
+from services.core import metrics, tracing
 from services.kafka.producer import acknowledged
 from services.runtime import Runtime
 from services.stores.postgres import Outbox, OutboxMessage
@@ -49,7 +49,8 @@ async def publish(
     unique = list({m.id: m for m in messages}.values())
     if not unique:
         return
-    await acknowledged([await topics_by_name[m.topic].send(key=m.key, value=m.value) for m in unique])
+    traced = tracing.header_kwargs()  # the batch span's context, when tracing is on
+    await acknowledged([await topics_by_name[m.topic].send(key=m.key, value=m.value, **traced) for m in unique])
     for topic_name, count in Counter(m.topic for m in unique).items():
         metrics.EVENTS_OUT.labels(stage=stage, topic=topic_name).inc(count)
     if on_sent is not None:

@@ -14,7 +14,7 @@ from agents.dlq import DeadLetters
 from agents.outage import outlasting
 from schemas import codec
 from services.archive.keys import KeyStore
-from services.core import metrics
+from services.core import metrics, tracing
 from services.core.config import Settings
 from services.core.errors import InvalidEvent
 from services.kafka import dead_letters
@@ -45,7 +45,8 @@ async def forward(topic: Any, stage: str, models: Sequence[Any]) -> None:
 
 async def send_all(topic: Any, stage: str, messages: Sequence[tuple[bytes, bytes]]) -> None:
     """Send (key, value) pairs and wait until the broker has every one (a failure raises once all have settled)."""
-    await acknowledged([await topic.send(key=key, value=value) for key, value in messages])
+    traced = tracing.header_kwargs()  # the batch span's context, when tracing is on
+    await acknowledged([await topic.send(key=key, value=value, **traced) for key, value in messages])
     if messages:
         metrics.EVENTS_OUT.labels(stage=stage, topic=topic.get_topic_name()).inc(len(messages))
 
@@ -154,7 +155,7 @@ async def consume_parsed(
     """
 
     async def process(events: list[Any]) -> None:
-        with span(stage, len(events)):
+        with span(stage, len(events)), tracing.batch_span(stage, events):
             batch = []
             for event in events:
                 try:
@@ -189,7 +190,7 @@ def batched_agent(
     dlq = DeadLetters(dlq_topic, settings.max_message_bytes, keys, max_delay=max_delay)
 
     async def process(events: list[Any]) -> None:
-        with span(stage, len(events)):
+        with span(stage, len(events)), tracing.batch_span(stage, events):
             batch = await parse_or_dlq(events, model, dlq, stage)
             if batch:
                 await deliver(batch, handle, dlq, stage, max_delay=max_delay)

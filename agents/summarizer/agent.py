@@ -27,6 +27,7 @@ from agents.summarizer.llm import LLM_INVALID_OUTPUT, LlmPath
 from agents.summarizer.salience import Salience
 from agents.topics import Topics
 from schemas import EvictedChunk, MemoryCandidate
+from services.core import tracing
 from services.runtime import Runtime
 
 STAGE = "summarizer"
@@ -68,7 +69,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         await forward(topics.candidates, STAGE, candidates)
 
     async def summarize_one(events: list[Any]) -> None:
-        with span(STAGE, len(events)):
+        with span(STAGE, len(events)), tracing.batch_span(STAGE, events):
             parsed = await parse_or_dlq(events, EvictedChunk, dlq, STAGE)
             items = [(ev, (ev, chunk)) for ev, chunk in parsed]
             await deliver(items, summarize_chunks, dlq, STAGE, max_delay=s.retry_max_backoff)

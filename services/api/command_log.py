@@ -21,7 +21,7 @@ from typing import Any
 
 from schemas import dumps
 from schemas.commands import AnyCommand
-from services.core import topics
+from services.core import topics, tracing
 from services.core.config import Settings
 from services.core.errors import StoreUnavailable
 from services.core.kafka_auth import confluent_config
@@ -55,7 +55,8 @@ class CommandLog:
         """Every command, in order, acknowledged by the broker; StoreUnavailable when not within the timeout."""
         producer = await self._slot.current()
         try:
-            pending = [await producer.send(topics.COMMANDS, c.key, dumps(c)) for c in commands]
+            headers = tracing.outgoing_headers()  # the route's span, for the commands stage to link to
+            pending = [await producer.send(topics.COMMANDS, c.key, dumps(c), headers) for c in commands]
             await asyncio.wait_for(acknowledged(pending), self._settings.command_ack_timeout)
         except (TimeoutError, ProduceFailed) as exc:
             raise StoreUnavailable(f"memory.commands: {len(commands)} commands not acknowledged: {exc!r}") from exc

@@ -11,20 +11,32 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from schemas import MemoryRecord, MemoryStatus
-from schemas.commands import AddMemory, CorrectMemory, DeleteMemory, DeleteSession, DeleteTopic, ForgetUser
+from schemas.commands import AddMemory, AnyCommand, CorrectMemory, DeleteMemory, DeleteSession, DeleteTopic, ForgetUser
 from services.api import docs, errors
 from services.api.command_models import AddMemoryRequest, CommandReceipt, CorrectMemoryRequest, Topic
 from services.api.command_submit import ACCEPTED, CommandSubmitter, Target, not_found
 from services.api.jsonbody import StrictJsonRoute
 from services.api.models import MemoryIdPath, SessionPath
+from services.core import tracing
 from services.core.command_rules import matches_topic, new_memory_id
 from services.runtime import Runtime
 from services.stores.postgres.commands import CommandStore
 from services.stores.postgres.forget import holds_user
 
+# The GenAI semantic conventions' operation names (gen_ai.operation.name) for memory commands.
+CREATE_MEMORY, UPDATE_MEMORY, DELETE_MEMORY = "create_memory", "update_memory", "delete_memory"
+
 
 def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore) -> APIRouter:
     api = APIRouter(route_class=StrictJsonRoute, tags=[docs.MEMORIES])
+
+    async def submitted(
+        operation: str, scope: str, target: Target, cmds: list[AnyCommand], memory_id: str | None = None
+    ) -> CommandReceipt:
+        """`commands.submit` under the operation's span; the command's Kafka headers carry its context."""
+        with tracing.memory_operation(operation, cmds[0].tenant_id) as span:
+            span.set_attribute(tracing.SCOPE, scope)
+            return await commands.submit(target, cmds, memory_id=memory_id)
 
     async def current(tenant_id: str, user_id: str, memory_id: str) -> MemoryRecord:
         """The memory a correction or delete names: 404 when unknown, 409 when it is no longer the current version."""
@@ -50,7 +62,7 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
         envelope = target.envelope(tenant)
         memory_id = new_memory_id(tenant, target.user_id, envelope["command_id"])
         cmd = AddMemory(**envelope, memory_id=memory_id, **body.model_dump(exclude={"tenant_id"}))
-        return await commands.submit(target, [cmd], memory_id=memory_id)
+        return await submitted(CREATE_MEMORY, "memory", target, [cmd], memory_id=memory_id)
 
     @api.patch(
         "/v1/users/{user_id}/memories/{memory_id}",
@@ -65,7 +77,7 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
         envelope = target.envelope(tenant)
         new_id = new_memory_id(tenant, target.user_id, envelope["command_id"])
         cmd = CorrectMemory(**envelope, memory_id=memory_id, new_id=new_id, text=body.text, value=body.value)
-        return await commands.submit(target, [cmd], memory_id=new_id)
+        return await submitted(UPDATE_MEMORY, "memory", target, [cmd], memory_id=new_id)
 
     @api.delete(
         "/v1/users/{user_id}/memories/{memory_id}",
@@ -77,7 +89,9 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
     async def delete_memory(memory_id: MemoryIdPath, target: Target) -> CommandReceipt:
         tenant = target.tenant()
         await current(tenant, target.user_id, memory_id)
-        return await commands.submit(target, [DeleteMemory(**target.envelope(tenant), memory_id=memory_id)])
+        return await submitted(
+            DELETE_MEMORY, "memory", target, [DeleteMemory(**target.envelope(tenant), memory_id=memory_id)]
+        )
 
     @api.delete(
         "/v1/users/{user_id}/memories",
@@ -95,7 +109,7 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
             active = await store.active(conn, tenant, target.user_id)
         if not any(matches_topic(record, topic) for record in active):
             raise not_found(f"memory about {topic!r}")
-        return await commands.submit(target, [DeleteTopic(**target.envelope(tenant), topic=topic)])
+        return await submitted(DELETE_MEMORY, "topic", target, [DeleteTopic(**target.envelope(tenant), topic=topic)])
 
     @api.delete(
         "/v1/users/{user_id}/sessions/{session_id}/memories",
@@ -110,7 +124,8 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
             active = await store.active(conn, tenant, target.user_id, session_id=session_id)
         if not active:
             raise not_found(f"memory from session {session_id}")
-        return await commands.submit(target, [DeleteSession(**target.envelope(tenant), session_id=session_id)])
+        cmd = DeleteSession(**target.envelope(tenant), session_id=session_id)
+        return await submitted(DELETE_MEMORY, "session", target, [cmd])
 
     @api.delete(
         "/v1/users/{user_id}",
@@ -125,7 +140,7 @@ def command_router(rt: Runtime, commands: CommandSubmitter, store: CommandStore)
     async def forget_user(target: Target) -> CommandReceipt:
         tenant = target.tenant()
         await _known(tenant, target.user_id)
-        return await commands.submit(target, [ForgetUser(**target.envelope(tenant))])
+        return await submitted(DELETE_MEMORY, "user", target, [ForgetUser(**target.envelope(tenant))])
 
     async def _known(tenant_id: str, user_id: str) -> None:
         async with rt.pg.connection("user_known") as conn:

@@ -25,11 +25,13 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Body, FastAPI
 from fastapi.exceptions import RequestValidationError
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PlainValidator, RootModel
 from pydantic.config import JsonDict
 
 from schemas import SessionEvent, TurnEvent
 from services.api.jsonbody import StrictJsonRoute
+from services.core import tracing
 from services.core.config import Settings
 from services.core.errors import InvalidEvent, StoreUnavailable
 from services.core.ingest import parse_chat_event
@@ -180,8 +182,10 @@ def router(settings: Settings) -> APIRouter:
         summary="Send chat turns (one, or a batch of up to 1,000) to chat.turns, as a Kafka producer would",
     )
     async def ingest(body: EventOrBatch) -> Accepted:
-        events = validated(body, settings)
-        await sink.deliver(events)
-        return Accepted(accepted=len(events))
+        with tracing.tracer().start_as_current_span("ingest turns", kind=SpanKind.SERVER) as span:
+            events = validated(body, settings)
+            span.set_attribute(tracing.EVENTS, len(events))
+            await sink.deliver(events)
+            return Accepted(accepted=len(events))
 
     return api

@@ -6,11 +6,16 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_REQUEST_TOP_K,
+)
+
 from schemas import MemoryRecord, MemoryType
 from services.api.access import AccessMarks
 from services.api.models import RecalledMemory, RecallRequest, RecallResponse, Source, WorkingTurn, WorkingWindow
 from services.api.ranking import Candidate, Weights, pack, pack_sections, prompt_block, prompt_sections, rank
-from services.core import metrics
+from services.core import metrics, tracing
 from services.core.config import Settings
 from services.core.open_questions import touches
 from services.embedding.query_cache import for_model as query_embeddings
@@ -25,6 +30,8 @@ MAX_SURFACED = 2
 # The open questions recall looks through (the newest), for those the answer touches.
 OPEN_QUESTIONS = 50
 PROFILE_TYPES = (MemoryType.FACT, MemoryType.PREFERENCE)
+# The GenAI semantic conventions' name for a memory search (gen_ai.operation.name).
+SEARCH_MEMORY = "search_memory"
 
 
 def _from_record(record: MemoryRecord, similarity: float) -> Candidate:
@@ -108,6 +115,17 @@ def _window(session_id: str, row: dict[str, Any] | None) -> WorkingWindow | None
 
 
 async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: AccessMarks) -> RecallResponse:
+    with tracing.memory_operation(SEARCH_MEMORY, req.tenant_id) as span:
+        if span.is_recording():
+            span.set_attributes({GEN_AI_REQUEST_TOP_K: req.top_k, tracing.AS_OF: req.as_of is not None})
+            if req.session_id:
+                span.set_attribute(GEN_AI_CONVERSATION_ID, req.session_id)
+        answer = await _recall(rt, req, weights, marks)
+        span.set_attribute(tracing.HITS, len(answer.memories))
+        return answer
+
+
+async def _recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: AccessMarks) -> RecallResponse:
     model = await rt.embedder()
     dense = await query_embeddings(model, rt.settings.query_cache_size).embed(req.query)
     now = datetime.now(UTC)

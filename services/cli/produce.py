@@ -11,6 +11,7 @@ from services.core.config import Settings
 
 
 def _cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
+    from services.core import tracing
     from services.core.kafka_auth import confluent_config
     from services.kafka.producer import ProduceFailed, TurnProducer
 
@@ -19,14 +20,19 @@ def _cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
 
     async def send() -> int:
         async with TurnProducer(settings.kafka_bootstrap, config=confluent_config(settings)) as producer:
-            return await producer.send_raw(lines)
+            with tracing.tracer().start_as_current_span("produce turns") as span:
+                span.set_attribute(tracing.EVENTS, len(lines))
+                return await producer.send_raw(lines)
 
+    tracing.configure("produce")
     try:
         print(f"produced {asyncio.run(send())} events to chat.turns")
     except ProduceFailed as exc:
         # Some lines may be on the topic: sending them all again is safe (an event id is applied once).
         print(f"not every event was acknowledged by {settings.kafka_bootstrap}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        tracing.shutdown()  # the batched spans are exported before the command exits
     return 0
 
 

@@ -26,9 +26,10 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from opentelemetry.trace import SpanKind
 
 from schemas import SessionEvent, TurnEvent, dumps, partition_key
-from services.core import topics
+from services.core import topics, tracing
 from services.core.errors import MemstreamError
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,9 @@ class AsyncProducer:
         else:
             log.debug("Kafka producer: %s", error.str())
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> asyncio.Future[Delivered]:
+    async def send(
+        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] | None = None
+    ) -> asyncio.Future[Delivered]:
         """Queue one message; the returned future resolves when the broker acknowledged it (or fails).
 
         Waits (without blocking the loop) while librdkafka's queue is full.
@@ -146,6 +149,7 @@ class AsyncProducer:
         if self._fatal is not None:
             raise ProduceFailed(self._fatal)
         future: asyncio.Future[Delivered] = loop.create_future()
+        listed: list[tuple[str, str | bytes | None]] | None = list(headers) if headers else None
 
         def report(error: KafkaError | None, message: Message) -> None:  # the poll (or flush) thread
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
@@ -153,7 +157,7 @@ class AsyncProducer:
 
         while True:
             try:
-                producer.produce(topic, value=value, key=key, on_delivery=report)
+                producer.produce(topic, value=value, key=key, headers=listed, on_delivery=report)
                 return future
             except BufferError:
                 await asyncio.sleep(_FULL_QUEUE_WAIT)
@@ -234,12 +238,20 @@ class TurnProducer:
 
     async def send_events(self, events: Iterable[TurnEvent | SessionEvent]) -> list[Delivered]:
         """All of them, in order per user; returns once the broker acknowledged every one (or raises ProduceFailed)."""
-        return await acknowledged([await self._producer.send(self._topic, e.key, dumps(e)) for e in events])
+        return await acknowledged([await self._traced(e.key, dumps(e)) for e in events])
 
     async def send_raw(self, lines: Iterable[bytes]) -> int:
         """Sends bytes as they are (validation is the pipeline's job); returns the count once all are acknowledged."""
-        pending = [await self._producer.send(self._topic, key_of(line), line) for line in lines]
+        pending = [await self._traced(key_of(line), line) for line in lines]
         return len(await acknowledged(pending))
+
+    async def _traced(self, key: bytes, value: bytes) -> asyncio.Future[Delivered]:
+        """Queue one turn; with tracing on, under its own span, whose context its headers carry to the stages."""
+        if not tracing.enabled():
+            return await self._producer.send(self._topic, key, value)
+        with tracing.tracer().start_as_current_span(f"{self._topic} publish", kind=SpanKind.PRODUCER) as span:
+            span.set_attribute(tracing.TENANT, key.split(b":", 1)[0].decode("utf-8", "replace"))
+            return await self._producer.send(self._topic, key, value, tracing.outgoing_headers())
 
 
 class _Restartable(Protocol):

@@ -23,6 +23,7 @@ from prometheus_client import start_http_server
 from agents.app import build_apps
 from services.api.server import server_config
 from services.api.serving import read_service
+from services.core import tracing
 from services.core.config import Settings
 from services.core.stages import INDEX_STAGE, STAGE_NAMES
 from services.runtime import Runtime
@@ -128,6 +129,7 @@ class _Stages(mode.Service):
 def run_worker(settings: Settings, *, with_api: bool, stages: Sequence[str] = STAGE_NAMES) -> None:
     """One Faust worker running the apps of `stages` (one consumer group each), and the read service if asked."""
     _use_uvloop()
+    tracing.configure("worker")
     runtime = Runtime.create(settings)
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     stage_apps = build_apps(settings, runtime, stages)
@@ -178,4 +180,5 @@ def run_api(settings: Settings) -> None:
             await runtime.stop()
 
     _use_uvloop()
+    tracing.configure("api")
     asyncio.run(main())
