@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test test-fast check fmt install lock schemas dashboard bench bench-locomo bench-log clean
+.PHONY: up test test-fast check fmt install lock schemas dashboard bench bench-locomo bench-log clean docs
 
 # Every package at the version in requirements.lock (pinned, hashed; main + dev
 # dependencies), then memstream itself on top without resolving anything.
@@ -38,6 +38,12 @@ check: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m ops.check_deploy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+
+# The documentation site (docs/, mkdocs.yml) at http://127.0.0.1:8000, rebuilt on every edit; the API,
+# settings and topics pages are generated from the code by ops/docs_hooks.py.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .
