@@ -25,11 +25,15 @@ from pydantic import BaseModel
 
 from memstream.models import (
     CommandReceipt,
+    KeyInfo,
     Memory,
+    MemoryDetail,
     MemoryHistory,
+    NewKey,
     Readiness,
     RecallResult,
     TurnsAccepted,
+    UserList,
     WorkingWindow,
 )
 
@@ -56,8 +60,8 @@ def _param(value: Any) -> Any:
 
 
 def _seg(value: str) -> str:
-    """A path segment: an id with '/' or '?' in it stays one segment (the server then answers 422 or 404)."""
-    return quote(value, safe="")
+    """A path segment: an id with "/" or "?" stays one segment, and "." or ".." is not collapsed by httpx."""
+    return quote(value, safe="").replace(".", "%2E")
 
 
 def _model(cls: type[M]) -> Callable[[httpx.Response], M]:
@@ -70,6 +74,10 @@ def _json(response: httpx.Response) -> Any:
 
 def _memories(response: httpx.Response) -> list[Memory]:
     return [Memory.model_validate(m) for m in response.json()["memories"]]
+
+
+def _keys(response: httpx.Response) -> list[KeyInfo]:
+    return [KeyInfo.model_validate(k) for k in response.json()["keys"]]
 
 
 def _user(user_id: str) -> str:
@@ -88,6 +96,19 @@ def healthz() -> Call[Any]:
 
 def readyz() -> Call[Readiness]:
     return Call("GET", "/readyz", _model(Readiness), accept=(503,))
+
+
+class MemoryFilters(TypedDict, total=False):
+    """The listing's filters; times are ISO 8601 (`as_of`: what was active memory then)."""
+
+    type: str
+    layer: str
+    status: str
+    since: str
+    until: str
+    as_of: str
+    limit: int
+    offset: int
 
 
 class RecallOptions(TypedDict, total=False):
@@ -115,17 +136,18 @@ def working(tenant_id: str, user_id: str, session_id: str) -> Call[WorkingWindow
     return Call("GET", f"/v1/sessions/{_seg(session_id)}/working", _model(WorkingWindow), params)
 
 
-def list_memories(
-    tenant_id: str,
-    user_id: str,
-    *,
-    type: str | None = None,
-    status: str | None = None,
-    limit: int = 100,
-    offset: int = 0,
-) -> Call[list[Memory]]:
-    params = {"tenant_id": tenant_id, "type": type, "status": status, "limit": limit, "offset": offset}
+def list_memories(tenant_id: str, user_id: str, filters: MemoryFilters) -> Call[list[Memory]]:
+    params = {"tenant_id": tenant_id, **filters}
     return Call("GET", f"{_user(user_id)}/memories", _memories, params)
+
+
+def get_memory(tenant_id: str, user_id: str, memory_id: str) -> Call[MemoryDetail]:
+    path = f"{_user(user_id)}/memories/{_seg(memory_id)}"
+    return Call("GET", path, _model(MemoryDetail), {"tenant_id": tenant_id})
+
+
+def list_users(tenant_id: str | None, limit: int | None, offset: int | None) -> Call[UserList]:
+    return Call("GET", "/v1/users", _model(UserList), {"tenant_id": tenant_id, "limit": limit, "offset": offset})
 
 
 def history(tenant_id: str, user_id: str, memory_id: str) -> Call[MemoryHistory]:
@@ -173,3 +195,17 @@ def export(tenant_id: str, user_id: str, vectors: bool) -> Call[dict[str, Any]]:
 def import_document(tenant_id: str, user_id: str, document: Mapping[str, Any], wait: bool) -> Call[CommandReceipt]:
     body = {"tenant_id": tenant_id, "document": dict(document)}
     return _command("POST", f"{_user(user_id)}/import", None, wait, body)
+
+
+def list_keys(tenant_id: str | None) -> Call[list[KeyInfo]]:
+    return Call("GET", "/v1/keys", _keys, {"tenant_id": tenant_id})
+
+
+def create_key(tenant_id: str | None, role: str, name: str) -> Call[NewKey]:
+    """Not retried once sent: a repeat would make a second key."""
+    body = {"role": role, "name": name, **({"tenant_id": tenant_id} if tenant_id is not None else {})}
+    return Call("POST", "/v1/keys", _model(NewKey), body=body, retry=False)
+
+
+def revoke_key(key_id: str) -> Call[KeyInfo]:
+    return Call("DELETE", f"/v1/keys/{_seg(key_id)}", _model(KeyInfo))

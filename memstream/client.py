@@ -10,15 +10,19 @@ from typing import Any, Self, TypeVar, Unpack
 import httpx
 
 from memstream import _calls as calls
-from memstream._calls import Call, RecallOptions
+from memstream._calls import Call, MemoryFilters, RecallOptions
 from memstream._retry import after_answer, after_error, result, transport_error
 from memstream.models import (
     CommandReceipt,
+    KeyInfo,
     Memory,
+    MemoryDetail,
     MemoryHistory,
+    NewKey,
     Readiness,
     RecallResult,
     TurnsAccepted,
+    UserList,
     WorkingWindow,
 )
 
@@ -92,17 +96,19 @@ class Client:
         """A session's working window (its recent turns)."""
         return self._send(calls.working(tenant_id, user_id, session_id))
 
-    def list_memories(
-        self,
-        tenant_id: str,
-        user_id: str,
-        *,
-        type: str | None = None,
-        status: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Memory]:
-        return self._send(calls.list_memories(tenant_id, user_id, type=type, status=status, limit=limit, offset=offset))
+    def list_memories(self, tenant_id: str, user_id: str, **filters: Unpack[MemoryFilters]) -> list[Memory]:
+        """A user's memories, oldest observed first; filters: type, layer, status, since, until, as_of, limit, offset."""
+        return self._send(calls.list_memories(tenant_id, user_id, filters))
+
+    def get_memory(self, tenant_id: str, user_id: str, memory_id: str) -> MemoryDetail:
+        """One memory with the turns it was derived from."""
+        return self._send(calls.get_memory(tenant_id, user_id, memory_id))
+
+    def list_users(
+        self, tenant_id: str | None = None, *, limit: int | None = None, offset: int | None = None
+    ) -> UserList:
+        """A tenant's users with their memory counts (default tenant: the key's)."""
+        return self._send(calls.list_users(tenant_id, limit, offset))
 
     def history(self, tenant_id: str, user_id: str, memory_id: str) -> MemoryHistory:
         """A memory's versions, oldest first."""
@@ -148,3 +154,15 @@ class Client:
     ) -> CommandReceipt:
         """An export document into a user who holds no data."""
         return self._send(calls.import_document(tenant_id, user_id, document, wait))
+
+    # API keys (an admin key)
+    def list_keys(self, tenant_id: str | None = None) -> list[KeyInfo]:
+        """The tenant's keys, revoked ones included; an operator key sees every tenant's, or the one named."""
+        return self._send(calls.list_keys(tenant_id))
+
+    def create_key(self, role: str, name: str, *, tenant_id: str | None = None) -> NewKey:
+        """A new key (role: read, write or admin); `NewKey.key` is shown this once."""
+        return self._send(calls.create_key(tenant_id, role, name))
+
+    def revoke_key(self, key_id: str) -> KeyInfo:
+        return self._send(calls.revoke_key(key_id))

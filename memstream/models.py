@@ -117,3 +117,51 @@ class Readiness(_Answer):
     ready: bool
     checks: dict[str, bool] = Field(default_factory=dict)
     generation: str = "default"
+
+
+class UserSummary(_Answer):
+    user_id: str
+    total: int
+    by_type: dict[str, int] = Field(default_factory=dict)
+    by_status: dict[str, int] = Field(default_factory=dict)
+
+
+class UserList(_Answer):
+    tenant_id: str
+    users: list[UserSummary]
+
+
+class SourceTurn(_Answer):
+    """A turn a memory was derived from, as archived."""
+
+    event_id: str
+    session_id: str
+    role: str
+    text: str
+    ts: datetime
+
+
+class MemoryDetail(_Answer):
+    memory: Memory
+    layer: str
+    sources: list[SourceTurn] = Field(default_factory=list)
+
+
+class KeyInfo(_Answer):
+    """An API key's record (never the key itself)."""
+
+    id: str
+    tenant_id: str | None
+    role: str
+    name: str
+    hint: str
+    created_at: datetime
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+class NewKey(_Answer):
+    """`key` is shown this once: the server keeps only a hash of it."""
+
+    key: str
+    record: KeyInfo

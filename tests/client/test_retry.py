@@ -14,7 +14,7 @@ from memstream._calls import list_memories
 from memstream._retry import MAX_RETRY_AFTER, after_answer
 
 _UNAVAILABLE = {"error": {"code": "unavailable", "message": "retry later"}}
-_LIST = {"memories": []}
+_LIST: dict[str, list[object]] = {"memories": []}
 _RECEIPT = {"command_id": "c-1", "kind": "add", "status": "accepted", "memory_id": "m-1"}
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -117,7 +117,7 @@ def test_unreachable_service_is_a_transport_error() -> None:
 
 
 def test_retry_after_is_capped() -> None:
-    call = list_memories("acme", "u-1")
+    call = list_memories("acme", "u-1", {})
     assert after_answer(call, _busy("3600"), 0, 3) == MAX_RETRY_AFTER
     assert after_answer(call, _busy("1.5"), 0, 3) == 1.5
     assert after_answer(call, _busy("soon"), 0, 3) is None
