@@ -49,3 +49,7 @@ def recording_turn_producer() -> tuple[TurnProducer, RecordingProducer]:
     recorder = RecordingProducer()
     producer._producer = recorder  # type: ignore[assignment]
     return producer, recorder
+
+
+# The live read service of tests/api (embedded Postgres, a Kafka that never answers), for the route spans.
+from tests.api.conftest import api, api_pg, silent_kafka  # noqa: E402, F401

@@ -67,9 +67,12 @@ async def test_spans_reach_an_otlp_http_receiver(receiver: Receiver, monkeypatch
     await producer.send(TurnEvent.model_validate(turn("acme", "u", "s", 0, "I like green tea.")))
 
     class Event:
-        headers = recorder.sent[0][3]
+        def __init__(self, headers: Any) -> None:
+            self.headers = headers
 
-    with tracing.batch_span("window", [Event()]):
+    with tracing.batch_span("window", [Event(recorder.sent[0][3])]):
+        downstream = tracing.outgoing_headers()
+    with tracing.batch_span("embedder", [Event(downstream)]):
         pass
     with tracing.memory_operation("search_memory", "acme"):
         pass
@@ -85,8 +88,9 @@ async def test_spans_reach_an_otlp_http_receiver(receiver: Receiver, monkeypatch
             for scope in resource_spans.scope_spans:
                 spans |= {s.name: s for s in scope.spans}
     assert services == {"memstream-worker"}
-    assert set(spans) == {"chat.turns publish", "window process", "search_memory"}
-    (link,) = spans["window process"].links
-    assert (link.trace_id, link.span_id) == (spans["chat.turns publish"].trace_id, spans["chat.turns publish"].span_id)
+    assert set(spans) == {"chat.turns publish", "window process", "embedder process", "search_memory"}
+    for stage, upstream in (("window process", "chat.turns publish"), ("embedder process", "window process")):
+        (link,) = spans[stage].links
+        assert (link.trace_id, link.span_id) == (spans[upstream].trace_id, spans[upstream].span_id)
     attributes = {a.key: _value(a) for a in spans["search_memory"].attributes}
     assert attributes == {"gen_ai.operation.name": "search_memory", "memstream.tenant_id": "acme"}
