@@ -184,3 +184,10 @@ def test_the_documented_examples_run(api: LiveApi, seeded: tuple[str, list[str]]
     assert done.returncode == 0, done.stderr
     assert "coffee black" in done.stdout
     assert "not applied now" in done.stdout  # the silent broker: the example's Unavailable branch
+
+
+@pytest.mark.parametrize("script", ["client_sync.py", "client_async.py"])
+def test_the_page_shows_the_examples_as_they_run(script: str) -> None:
+    page = (ROOT / "docs" / "client.md").read_text(encoding="utf-8")
+    code = (ROOT / "docs" / "examples" / script).read_text(encoding="utf-8")
+    assert f"```python\n{code.rstrip()}\n```" in page
