@@ -25,6 +25,7 @@ times (Retry-After capped at 10 s) for requests that are safe to repeat; see
 memstream._calls for which those are.
 """
 
+from memstream._calls import MemoryFilters, RecallOptions
 from memstream.async_client import AsyncClient
 from memstream.client import Client
 from memstream.errors import (
@@ -72,12 +73,14 @@ __all__ = [
     "KeyInfo",
     "Memory",
     "MemoryDetail",
+    "MemoryFilters",
     "MemoryHistory",
     "MemstreamError",
     "NewKey",
     "NotFound",
     "PayloadTooLarge",
     "Readiness",
+    "RecallOptions",
     "RecallResult",
     "RecalledMemory",
     "ServerError",

@@ -31,23 +31,23 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal
-from urllib.parse import quote
+from typing import Annotated, Any, Literal, TypeVar
 
-import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
+from memstream import APIError, AsyncClient, MemoryFilters, RecallOptions, TransportError
 from schemas import MemoryStatus, MemoryType
 from services.auth.client import client_key
 from services.core.config import Settings
 from services.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SERVER_NAME = "memstream"
 INSTRUCTIONS = (
@@ -163,40 +163,27 @@ class Command(BaseModel):
 
 
 class MemstreamApi:
-    """One HTTP call per tool call; the error body's `{"error": {"code", "message"}}` becomes the tool error."""
+    """One client per tool call, with that call's key; an API error becomes the tool error the model reads.
+
+    No retries: a tool answers at once, and the model (or the user) decides whether to try again.
+    """
 
     def __init__(self, base_url: str, timeout: float = TIMEOUT_SECONDS) -> None:
         self.base_url = base_url
         self.timeout = timeout
 
-    async def call(
-        self,
-        key: str,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int | bool] | None = None,
-        body: Mapping[str, Any] | None = None,
-    ) -> Any:
-        headers = {"authorization": f"Bearer {key}"}
-        query = {k: str(v).lower() if isinstance(v, bool) else v for k, v in (params or {}).items()}
+    async def call(self, key: str, use: Callable[[AsyncClient], Awaitable[T]]) -> T:
         try:
-            async with httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout) as client:
-                response = await client.request(method, path, params=query, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            raise ToolError(f"memstream API not reachable at {self.base_url}: {exc!r}") from exc
-        if response.status_code >= 400:
-            raise ToolError(_error_text(response))
-        return response.json()
+            async with AsyncClient(self.base_url, api_key=key, timeout=self.timeout, retries=0) as client:
+                return await use(client)
+        except TransportError as exc:
+            raise ToolError(f"memstream API not reachable at {self.base_url}: {exc}") from exc
+        except APIError as exc:
+            raise ToolError(_error_text(exc)) from exc
 
 
-def _error_text(response: httpx.Response) -> str:
-    try:
-        error = response.json()["error"]
-        code, message = str(error["code"]), str(error["message"])
-    except (ValueError, KeyError, TypeError):
-        code, message = "http_error", response.text[:500] or response.reason_phrase
-    return f"{message} (HTTP {response.status_code}, {code})"
+def _error_text(exc: APIError) -> str:
+    return f"{exc.message} (HTTP {exc.status}, {exc.code})"
 
 
 def _memory(found: Mapping[str, Any]) -> Memory:
@@ -252,11 +239,11 @@ def build_server(settings: Settings) -> MCPServer:
         session_id: Annotated[str | None, Field(description="The current session, if you know it")] = None,
     ) -> Recalled:
         tenant, user = scope.of_call(tenant_id, user_id)
-        body: dict[str, Any] = {"tenant_id": tenant, "user_id": user, "query": query, "top_k": top_k}
+        options: RecallOptions = {"top_k": top_k}
         if session_id:
-            body["session_id"] = session_id
-        found = await api.call(key_for(ctx), "POST", "/v1/recall", body=body)
-        return Recalled(prompt=found["prompt"], memories=[_memory(m) for m in found["memories"]])
+            options["session_id"] = session_id
+        found = await api.call(key_for(ctx), lambda c: c.recall(tenant, user, query, **options))
+        return Recalled(prompt=found.prompt, memories=[_memory(m.model_dump()) for m in found.memories])
 
     @tool("The user's memories, oldest first; filter by type and status, page with offset.")
     async def list_memories(
@@ -271,10 +258,13 @@ def build_server(settings: Settings) -> MCPServer:
         offset: Annotated[int, Field(ge=0)] = 0,
     ) -> Listed:
         tenant, user = scope.of_call(tenant_id, user_id)
-        params: dict[str, str | int | bool] = {"tenant_id": tenant, "limit": limit, "offset": offset}
-        params.update({k: v for k, v in (("type", type), ("status", status)) if v})
-        found = await api.call(key_for(ctx), "GET", f"/v1/users/{_segment(user)}/memories", params=params)
-        return Listed(memories=[_memory(m) for m in found["memories"]])
+        filters: MemoryFilters = {"limit": limit, "offset": offset}
+        if type:
+            filters["type"] = type.value
+        if status:
+            filters["status"] = status.value
+        found = await api.call(key_for(ctx), lambda c: c.list_memories(tenant, user, **filters))
+        return Listed(memories=[_memory(m.model_dump()) for m in found])
 
     @tool("Keep something about the user in long-term memory (goes through memstream's log).")
     async def remember(
@@ -288,10 +278,8 @@ def build_server(settings: Settings) -> MCPServer:
         wait: Annotated[bool, Field(description="Answer once the memory is readable (else once accepted)")] = True,
     ) -> Command:
         tenant, user = scope.of_call(tenant_id, user_id)
-        body = {"tenant_id": tenant, "text": text, "type": type}
-        path = f"/v1/users/{_segment(user)}/memories"
-        answer = await api.call(key_for(ctx), "POST", path, params={"wait": wait}, body=body)
-        return Command.model_validate(answer)
+        receipt = await api.call(key_for(ctx), lambda c: c.add_memory(tenant, user, text, type=type.value, wait=wait))
+        return Command.model_validate(receipt.model_dump())
 
     @tool("Delete one memory of the user by id (from recall or list_memories).")
     async def forget_memory(
@@ -302,19 +290,10 @@ def build_server(settings: Settings) -> MCPServer:
         wait: Annotated[bool, Field(description="Answer once the deletion is applied (else once accepted)")] = True,
     ) -> Command:
         tenant, user = scope.of_call(tenant_id, user_id)
-        path = f"/v1/users/{_segment(user)}/memories/{_segment(memory_id)}"
-        answer = await api.call(key_for(ctx), "DELETE", path, params={"tenant_id": tenant, "wait": wait})
-        return Command.model_validate(answer)
+        receipt = await api.call(key_for(ctx), lambda c: c.delete_memory(tenant, user, memory_id, wait=wait))
+        return Command.model_validate(receipt.model_dump())
 
     return server
-
-
-def _segment(value: str) -> str:
-    """One path segment: a '/', '?' or '..' in an id must not reach another route (the API then refuses the id).
-
-    Dots too: httpx drops a `.` or `..` segment before sending; `%2E` survives and the server decodes it.
-    """
-    return quote(value, safe="").replace(".", "%2E")
 
 
 def run(settings: Settings, *, http: bool, host: str | None = None, port: int | None = None) -> None:

@@ -90,3 +90,20 @@ def test_requests_carry_the_key_tenant_and_quoted_ids() -> None:
     assert request.method == "DELETE"
     assert request.url.raw_path == b"/v1/users/u%2F1/memories/m-1?tenant_id=acme&wait=true"
     assert request.headers["authorization"] == "Bearer k-1"
+
+
+@pytest.mark.parametrize(
+    ("user", "sent"),
+    [("a/../b?c=d", b"/v1/users/a%2F%2E%2E%2Fb%3Fc%3Dd/memories"), ("..", b"/v1/users/%2E%2E/memories")],
+)
+def test_an_id_stays_one_path_segment(user: str, sent: bytes) -> None:
+    """A '/', '?' or '..' in an id must not reach another route; httpx would drop a '.' or '..' segment."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"memories": []})
+
+    with Client("http://api", transport=httpx.MockTransport(handler)) as client:
+        client.list_memories("acme", user)
+    assert seen[0].url.raw_path.split(b"?")[0] == sent

@@ -10,9 +10,10 @@ import pytest
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 
+from memstream.errors import error_for
 from services.api import errors, models
 from services.api.errors import ErrorBody
-from services.mcp_server import _bearer, _error_text, _segment
+from services.mcp_server import _bearer, _error_text
 
 
 class Body(BaseModel):
@@ -120,17 +121,15 @@ def test_documented_examples_are_valid(model: type[BaseModel]) -> None:
         model.model_validate(example)
 
 
-def test_the_mcp_server_reads_the_error_shape_and_keeps_ids_in_one_segment() -> None:
+def test_the_mcp_server_reads_the_error_shape_and_the_bearer_key() -> None:
     error = httpx.Response(403, json={"error": {"code": "forbidden", "message": "not your tenant"}})
-    assert _error_text(error) == "not your tenant (HTTP 403, forbidden)"
+    assert _error_text(error_for(error)) == "not your tenant (HTTP 403, forbidden)"
     proxy = httpx.Response(502, text="<html>bad gateway</html>")
-    assert _error_text(proxy) == "<html>bad gateway</html> (HTTP 502, http_error)"
+    assert _error_text(error_for(proxy)) == "<html>bad gateway</html> (HTTP 502, http_502)"
     assert _bearer({"authorization": "Bearer ms_abc"}) == "ms_abc"
     assert _bearer({"authorization": "bearer  ms_abc "}) == "ms_abc"
     assert _bearer({"authorization": "Basic xyz"}) is None
     assert _bearer({}) is None
-    assert _segment("a/../b?c=d") == "a%2F%2E%2E%2Fb%3Fc%3Dd"
-    assert _segment("..") == "%2E%2E"
 
 
 def test_a_request_that_waits_or_moves_a_user_gets_its_own_deadline() -> None:
