@@ -41,7 +41,6 @@ AS_OF = "memstream.recall.as_of"
 
 _ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _PROPAGATOR = TraceContextTextMapPropagator()
-_FIELDS = frozenset(_PROPAGATOR.fields)
 
 _tracer: Tracer = trace.NoOpTracer()
 _provider: Any = None  # the SDK's TracerProvider once configured
@@ -115,14 +114,6 @@ def outgoing_headers() -> Headers | None:
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier)
     return [(k, v.encode()) for k, v in carrier.items()] or None
-
-
-def with_context(headers: Sequence[tuple[str, bytes]] | None) -> Headers | None:
-    """`headers` plus the current context (replacing any context they had); unchanged when off."""
-    own = outgoing_headers()
-    if own is None:
-        return list(headers) if headers is not None else None
-    return [(k, v) for k, v in headers or () if k not in _FIELDS] + own
 
 
 class _HeaderGetter(Getter[Any]):
