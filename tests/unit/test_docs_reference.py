@@ -10,8 +10,10 @@ from pathlib import Path
 
 import yaml
 
+from ops.docs_memory import render_memory_model
 from ops.docs_openapi import METHODS, openapi_document, render_api, schema_type
 from ops.docs_settings import render_settings, render_topics
+from schemas.memory import MemoryLayer, MemoryStatus, MemoryType
 from services.core.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,3 +52,11 @@ def test_every_topic_is_listed() -> None:
     for name in yaml.safe_load((ROOT / "topics.yaml").read_text())["topics"]:
         assert f"| `{name}` |" in page
     assert "| `memory.changes` | 8 | forever |" in page
+
+
+def test_every_memory_type_layer_and_status_is_listed() -> None:
+    page = render_memory_model()
+    for enum in (MemoryType, MemoryLayer, MemoryStatus):
+        for member in enum:
+            assert f"| `{member.value}` |" in page
+    assert "| `exchange` | `episodic` | a raw user turn" in page
