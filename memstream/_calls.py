@@ -80,6 +80,11 @@ def _keys(response: httpx.Response) -> list[KeyInfo]:
     return [KeyInfo.model_validate(k) for k in response.json()["keys"]]
 
 
+def _tenant(tenant_id: str | None) -> dict[str, str]:
+    """A command body's tenant; none: the API key's (an operator key must name one)."""
+    return {} if tenant_id is None else {"tenant_id": tenant_id}
+
+
 def _user(user_id: str) -> str:
     return f"/v1/users/{_seg(user_id)}"
 
@@ -160,40 +165,42 @@ def send_turns(events: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Call[
     return Call("POST", "/v1/turns", _model(TurnsAccepted), body=body)
 
 
-def add_memory(tenant_id: str, user_id: str, memory: Mapping[str, Any], wait: bool) -> Call[CommandReceipt]:
-    body = {"tenant_id": tenant_id, **memory}
+def add_memory(tenant_id: str | None, user_id: str, memory: Mapping[str, Any], wait: bool) -> Call[CommandReceipt]:
+    body = {**_tenant(tenant_id), **memory}
     return _command("POST", f"{_user(user_id)}/memories", None, wait, body, retry=False)
 
 
 def correct_memory(
-    tenant_id: str, user_id: str, memory_id: str, text: str, value: str | None, wait: bool
+    tenant_id: str | None, user_id: str, memory_id: str, text: str, value: str | None, wait: bool
 ) -> Call[CommandReceipt]:
-    body = {"tenant_id": tenant_id, "text": text, **({"value": value} if value is not None else {})}
+    body = {**_tenant(tenant_id), "text": text, **({"value": value} if value is not None else {})}
     return _command("PATCH", f"{_user(user_id)}/memories/{_seg(memory_id)}", None, wait, body, retry=False)
 
 
-def delete_memory(tenant_id: str, user_id: str, memory_id: str, wait: bool) -> Call[CommandReceipt]:
+def delete_memory(tenant_id: str | None, user_id: str, memory_id: str, wait: bool) -> Call[CommandReceipt]:
     return _command("DELETE", f"{_user(user_id)}/memories/{_seg(memory_id)}", tenant_id, wait)
 
 
-def delete_topic(tenant_id: str, user_id: str, topic: str, wait: bool) -> Call[CommandReceipt]:
+def delete_topic(tenant_id: str | None, user_id: str, topic: str, wait: bool) -> Call[CommandReceipt]:
     return _command("DELETE", f"{_user(user_id)}/memories", tenant_id, wait, topic=topic)
 
 
-def delete_session(tenant_id: str, user_id: str, session_id: str, wait: bool) -> Call[CommandReceipt]:
+def delete_session(tenant_id: str | None, user_id: str, session_id: str, wait: bool) -> Call[CommandReceipt]:
     return _command("DELETE", f"{_user(user_id)}/sessions/{_seg(session_id)}/memories", tenant_id, wait)
 
 
-def forget_user(tenant_id: str, user_id: str, wait: bool) -> Call[CommandReceipt]:
+def forget_user(tenant_id: str | None, user_id: str, wait: bool) -> Call[CommandReceipt]:
     return _command("DELETE", _user(user_id), tenant_id, wait)
 
 
-def export(tenant_id: str, user_id: str, vectors: bool) -> Call[dict[str, Any]]:
+def export(tenant_id: str | None, user_id: str, vectors: bool) -> Call[dict[str, Any]]:
     return Call("GET", f"{_user(user_id)}/export", _json, {"tenant_id": tenant_id, "vectors": vectors})
 
 
-def import_document(tenant_id: str, user_id: str, document: Mapping[str, Any], wait: bool) -> Call[CommandReceipt]:
-    body = {"tenant_id": tenant_id, "document": dict(document)}
+def import_document(
+    tenant_id: str | None, user_id: str, document: Mapping[str, Any], wait: bool
+) -> Call[CommandReceipt]:
+    body = {**_tenant(tenant_id), "document": dict(document)}
     return _command("POST", f"{_user(user_id)}/import", None, wait, body)
 
 

@@ -109,7 +109,7 @@ class AsyncClient:
         """A memory's versions, oldest first."""
         return await self._send(calls.history(tenant_id, user_id, memory_id))
 
-    async def export(self, tenant_id: str, user_id: str, *, vectors: bool = False) -> dict[str, Any]:
+    async def export(self, tenant_id: str | None, user_id: str, *, vectors: bool = False) -> dict[str, Any]:
         """Everything held on a user as a `memstream.export/v1` document."""
         return await self._send(calls.export(tenant_id, user_id, vectors))
 
@@ -119,37 +119,46 @@ class AsyncClient:
         return await self._send(calls.send_turns(events))
 
     async def add_memory(
-        self, tenant_id: str, user_id: str, text: str, *, type: str = "fact", wait: bool = False, **fields: Any
+        self, tenant_id: str | None, user_id: str, text: str, *, type: str = "fact", wait: bool = False, **fields: Any
     ) -> CommandReceipt:
         """A memory by hand; fields: category, key_name, value, importance, entities, ..."""
         memory = {"type": type, "text": text, **fields}
         return await self._send(calls.add_memory(tenant_id, user_id, memory, wait))
 
     async def correct_memory(
-        self, tenant_id: str, user_id: str, memory_id: str, text: str, *, value: str | None = None, wait: bool = False
+        self,
+        tenant_id: str | None,
+        user_id: str,
+        memory_id: str,
+        text: str,
+        *,
+        value: str | None = None,
+        wait: bool = False,
     ) -> CommandReceipt:
         return await self._send(calls.correct_memory(tenant_id, user_id, memory_id, text, value, wait))
 
     async def delete_memory(
-        self, tenant_id: str, user_id: str, memory_id: str, *, wait: bool = False
+        self, tenant_id: str | None, user_id: str, memory_id: str, *, wait: bool = False
     ) -> CommandReceipt:
         return await self._send(calls.delete_memory(tenant_id, user_id, memory_id, wait))
 
-    async def delete_memories(self, tenant_id: str, user_id: str, topic: str, *, wait: bool = False) -> CommandReceipt:
+    async def delete_memories(
+        self, tenant_id: str | None, user_id: str, topic: str, *, wait: bool = False
+    ) -> CommandReceipt:
         """Every active memory about a topic or entity."""
         return await self._send(calls.delete_topic(tenant_id, user_id, topic, wait))
 
     async def delete_session(
-        self, tenant_id: str, user_id: str, session_id: str, *, wait: bool = False
+        self, tenant_id: str | None, user_id: str, session_id: str, *, wait: bool = False
     ) -> CommandReceipt:
         """Every active memory derived from one session."""
         return await self._send(calls.delete_session(tenant_id, user_id, session_id, wait))
 
-    async def forget_user(self, tenant_id: str, user_id: str, *, wait: bool = False) -> CommandReceipt:
+    async def forget_user(self, tenant_id: str | None, user_id: str, *, wait: bool = False) -> CommandReceipt:
         return await self._send(calls.forget_user(tenant_id, user_id, wait))
 
     async def import_document(
-        self, tenant_id: str, user_id: str, document: Mapping[str, Any], *, wait: bool = False
+        self, tenant_id: str | None, user_id: str, document: Mapping[str, Any], *, wait: bool = False
     ) -> CommandReceipt:
         """An export document into a user who holds no data."""
         return await self._send(calls.import_document(tenant_id, user_id, document, wait))

@@ -114,7 +114,7 @@ class Client:
         """A memory's versions, oldest first."""
         return self._send(calls.history(tenant_id, user_id, memory_id))
 
-    def export(self, tenant_id: str, user_id: str, *, vectors: bool = False) -> dict[str, Any]:
+    def export(self, tenant_id: str | None, user_id: str, *, vectors: bool = False) -> dict[str, Any]:
         """Everything held on a user as a `memstream.export/v1` document."""
         return self._send(calls.export(tenant_id, user_id, vectors))
 
@@ -124,33 +124,44 @@ class Client:
         return self._send(calls.send_turns(events))
 
     def add_memory(
-        self, tenant_id: str, user_id: str, text: str, *, type: str = "fact", wait: bool = False, **fields: Any
+        self, tenant_id: str | None, user_id: str, text: str, *, type: str = "fact", wait: bool = False, **fields: Any
     ) -> CommandReceipt:
         """A memory by hand; fields: category, key_name, value, importance, entities, ..."""
         memory = {"type": type, "text": text, **fields}
         return self._send(calls.add_memory(tenant_id, user_id, memory, wait))
 
     def correct_memory(
-        self, tenant_id: str, user_id: str, memory_id: str, text: str, *, value: str | None = None, wait: bool = False
+        self,
+        tenant_id: str | None,
+        user_id: str,
+        memory_id: str,
+        text: str,
+        *,
+        value: str | None = None,
+        wait: bool = False,
     ) -> CommandReceipt:
         return self._send(calls.correct_memory(tenant_id, user_id, memory_id, text, value, wait))
 
-    def delete_memory(self, tenant_id: str, user_id: str, memory_id: str, *, wait: bool = False) -> CommandReceipt:
+    def delete_memory(
+        self, tenant_id: str | None, user_id: str, memory_id: str, *, wait: bool = False
+    ) -> CommandReceipt:
         return self._send(calls.delete_memory(tenant_id, user_id, memory_id, wait))
 
-    def delete_memories(self, tenant_id: str, user_id: str, topic: str, *, wait: bool = False) -> CommandReceipt:
+    def delete_memories(self, tenant_id: str | None, user_id: str, topic: str, *, wait: bool = False) -> CommandReceipt:
         """Every active memory about a topic or entity."""
         return self._send(calls.delete_topic(tenant_id, user_id, topic, wait))
 
-    def delete_session(self, tenant_id: str, user_id: str, session_id: str, *, wait: bool = False) -> CommandReceipt:
+    def delete_session(
+        self, tenant_id: str | None, user_id: str, session_id: str, *, wait: bool = False
+    ) -> CommandReceipt:
         """Every active memory derived from one session."""
         return self._send(calls.delete_session(tenant_id, user_id, session_id, wait))
 
-    def forget_user(self, tenant_id: str, user_id: str, *, wait: bool = False) -> CommandReceipt:
+    def forget_user(self, tenant_id: str | None, user_id: str, *, wait: bool = False) -> CommandReceipt:
         return self._send(calls.forget_user(tenant_id, user_id, wait))
 
     def import_document(
-        self, tenant_id: str, user_id: str, document: Mapping[str, Any], *, wait: bool = False
+        self, tenant_id: str | None, user_id: str, document: Mapping[str, Any], *, wait: bool = False
     ) -> CommandReceipt:
         """An export document into a user who holds no data."""
         return self._send(calls.import_document(tenant_id, user_id, document, wait))

@@ -1,7 +1,7 @@
 """`memstream memories list|add|correct|delete|export|import` and `memstream forget-user`: one user's memory.
 
 Thin clients of the read service's HTTP API (MEMSTREAM_API_URL, else the
-local one), with the key from MEMSTREAM_API_KEY or data_dir/api-key, so
+local one) through the memstream client, with the key from MEMSTREAM_API_KEY or data_dir/api-key, so
 they go through the same checks, tenant binding and command log as any
 client. `--tenant` may be left out with a tenant's own key.
 """
@@ -13,84 +13,66 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import Any, TypeVar
 
+from memstream import APIError, Client, CommandReceipt, MemoryFilters, TransportError
+from services.auth.client import client_key
 from services.core.config import Settings
+
+T = TypeVar("T")
 
 TYPES = ("fact", "preference", "episode", "exchange", "semantic", "pattern", "question")
 STATUSES = ("active", "superseded", "merged", "pruned", "deleted")
 WAIT_HELP = "answer once the change shows in recall (read your own write), not just once it is accepted"
 
 
-def _segment(value: str) -> str:
-    """One path segment: dots too, which HTTP clients would otherwise collapse."""
-    return quote(value, safe="").replace(".", "%2E")
-
-
-def _request(
-    settings: Settings,
-    method: str,
-    path: str,
-    *,
-    tenant: str | None,
-    params: dict[str, Any] | None = None,
-    body: Any = None,
-) -> tuple[int, Any] | None:
-    """(status, JSON body), or None after printing why the request failed (an error status or no service)."""
-    import httpx
-
-    from services.auth.client import client_headers
-
-    query = {k: str(v).lower() if isinstance(v, bool) else v for k, v in (params or {}).items() if v is not None}
-    if tenant is not None:
-        query["tenant_id"] = tenant
-    url = f"{settings.api_base_url}{path}"
+def call_api(
+    settings: Settings, use: Callable[[Client], T], *, base_url: str | None = None, timeout: float = 60
+) -> T | None:
+    """`use` on a client of the read service (the key from the environment or the data dir); None after
+    printing why it failed: an error answer, or no service. No retries: the one running the command decides."""
+    url = base_url or settings.api_base_url
     try:
-        response = httpx.request(method, url, params=query, json=body, headers=client_headers(settings), timeout=60)
-    except httpx.HTTPError as exc:
-        print(f"memstream API not reachable at {settings.api_base_url}: {exc}", file=sys.stderr)
-        return None
-    if response.status_code >= 400:
-        try:
-            error = response.json()["error"]
-            detail = f"{error['message']} ({error['code']})"
-        except (ValueError, KeyError, TypeError):
-            detail = response.text[:500]
-        print(f"error {response.status_code}: {detail}", file=sys.stderr)
-        return None
-    return response.status_code, response.json()
+        with Client(url, api_key=client_key(settings), timeout=timeout, retries=0) as client:
+            return use(client)
+    except TransportError as exc:
+        print(f"memstream API not reachable at {url}: {exc}", file=sys.stderr)
+    except APIError as exc:
+        print(f"error {exc.status}: {exc.message} ({exc.code})", file=sys.stderr)
+    return None
 
 
-def _user(args: argparse.Namespace) -> str:
-    return f"/v1/users/{_segment(args.user)}"
-
-
-def _receipt(answer: tuple[int, Any] | None) -> int:
+def _receipt(receipt: CommandReceipt | None) -> int:
     """A command's receipt on stdout as JSON; the exit status says whether it was accepted."""
-    if answer is None:
+    if receipt is None:
         return 1
-    print(json.dumps(answer[1], indent=2))
+    print(json.dumps(receipt.model_dump(mode="json"), indent=2))
     return 0
 
 
 def _list(settings: Settings, args: argparse.Namespace) -> int:
-    params = {"type": args.type, "status": None if args.status == "any" else args.status, "limit": args.limit}
-    answer = _request(settings, "GET", f"{_user(args)}/memories", tenant=args.tenant, params=params)
-    if answer is None:
+    filters: MemoryFilters = {"limit": args.limit}
+    if args.type is not None:
+        filters["type"] = args.type
+    if args.status != "any":
+        filters["status"] = args.status
+    if args.tenant is None:
+        print("error: --tenant is required to list memories", file=sys.stderr)
         return 1
-    memories = answer[1]["memories"]
+    memories = call_api(settings, lambda c: c.list_memories(args.tenant, args.user, **filters))
+    if memories is None:
+        return 1
     if args.json:
-        print(json.dumps(memories, indent=2))
+        print(json.dumps([m.model_dump(mode="json") for m in memories], indent=2))
         return 0
     for m in memories:
-        keyed = f" [{m['category']}/{m['key_name']}={m['value']}]" if m.get("key_name") else ""
-        print(f"{m['id']}  {m['status']:<10} {m['type']:<10} {m['text']}{keyed}")
+        keyed = f" [{m.category}/{m.key_name}={m.value}]" if m.key_name else ""
+        print(f"{m.id}  {m.status:<10} {m.type:<10} {m.text}{keyed}")
     return 0
 
 
 def _add(settings: Settings, args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"type": args.type, "text": args.text, "entities": args.entity or []}
+    fields: dict[str, Any] = {"entities": args.entity or []}
     for field, value in (
         ("category", args.category),
         ("key_name", args.key),
@@ -99,17 +81,24 @@ def _add(settings: Settings, args: argparse.Namespace) -> int:
         ("session_id", args.session),
     ):
         if value is not None:
-            body[field] = value
-    path = f"{_user(args)}/memories"
-    return _receipt(_request(settings, "POST", path, tenant=args.tenant, params={"wait": args.wait}, body=body))
+            fields[field] = value
+    return _receipt(
+        call_api(
+            settings,
+            lambda c: c.add_memory(args.tenant, args.user, args.text, type=args.type, wait=args.wait, **fields),
+        )
+    )
 
 
 def _correct(settings: Settings, args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"text": args.text}
-    if args.value is not None:
-        body["value"] = args.value
-    path = f"{_user(args)}/memories/{_segment(args.memory_id)}"
-    return _receipt(_request(settings, "PATCH", path, tenant=args.tenant, params={"wait": args.wait}, body=body))
+    return _receipt(
+        call_api(
+            settings,
+            lambda c: c.correct_memory(
+                args.tenant, args.user, args.memory_id, args.text, value=args.value, wait=args.wait
+            ),
+        )
+    )
 
 
 def _delete(settings: Settings, args: argparse.Namespace) -> int:
@@ -117,27 +106,28 @@ def _delete(settings: Settings, args: argparse.Namespace) -> int:
     if len(chosen) != 1:
         print("name exactly one of: a memory id, --session, --topic", file=sys.stderr)
         return 2
-    params: dict[str, Any] = {"wait": args.wait}
-    if args.memory_id is not None:
-        path = f"{_user(args)}/memories/{_segment(args.memory_id)}"
-    elif args.session is not None:
-        path = f"{_user(args)}/sessions/{_segment(args.session)}/memories"
-    else:
-        path, params["topic"] = f"{_user(args)}/memories", args.topic
-    return _receipt(_request(settings, "DELETE", path, tenant=args.tenant, params=params))
+    tenant, user, wait = args.tenant, args.user, args.wait
+
+    def delete(c: Client) -> CommandReceipt:
+        if args.memory_id is not None:
+            return c.delete_memory(tenant, user, args.memory_id, wait=wait)
+        if args.session is not None:
+            return c.delete_session(tenant, user, args.session, wait=wait)
+        return c.delete_memories(tenant, user, args.topic, wait=wait)
+
+    return _receipt(call_api(settings, delete))
 
 
 def _export(settings: Settings, args: argparse.Namespace) -> int:
-    params = {"vectors": args.vectors}
-    answer = _request(settings, "GET", f"{_user(args)}/export", tenant=args.tenant, params=params)
-    if answer is None:
+    document = call_api(settings, lambda c: c.export(args.tenant, args.user, vectors=args.vectors))
+    if document is None:
         return 1
-    text = json.dumps(answer[1], indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     if args.output == "-":
         sys.stdout.write(text)
     else:
         Path(args.output).write_text(text, encoding="utf-8")
-        counts = {k: len(v) for k, v in answer[1].items() if isinstance(v, list)}
+        counts = {k: len(v) for k, v in document.items() if isinstance(v, list)}
         print(f"exported to {args.output}: " + ", ".join(f"{k}={v}" for k, v in counts.items()), file=sys.stderr)
     return 0
 
@@ -149,9 +139,7 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"{args.file}: not JSON: {exc}", file=sys.stderr)
         return 1
-    path = f"{_user(args)}/import"
-    body = {"document": document}
-    return _receipt(_request(settings, "POST", path, tenant=args.tenant, params={"wait": args.wait}, body=body))
+    return _receipt(call_api(settings, lambda c: c.import_document(args.tenant, args.user, document, wait=args.wait)))
 
 
 def _forget(settings: Settings, args: argparse.Namespace) -> int:
@@ -162,7 +150,7 @@ def _forget(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return _receipt(_request(settings, "DELETE", _user(args), tenant=args.tenant, params={"wait": args.wait}))
+    return _receipt(call_api(settings, lambda c: c.forget_user(args.tenant, args.user, wait=args.wait)))
 
 
 def _scope(parser: argparse.ArgumentParser, func: Callable[[Settings, argparse.Namespace], int]) -> None:

@@ -4,25 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-import httpx
-
+from services.cli.memories import call_api
 from services.core.config import Settings
 
 
 def _cmd_recall(settings: Settings, args: argparse.Namespace) -> int:
-    from services.auth.client import client_headers
-
-    body = {"tenant_id": args.tenant, "user_id": args.user, "query": args.query, "top_k": args.top_k}
-    response = httpx.post(
-        f"{settings.http_base_url}/v1/recall", json=body, headers=client_headers(settings), timeout=30
+    found = call_api(
+        settings,
+        lambda c: c.recall(args.tenant, args.user, args.query, top_k=args.top_k),
+        base_url=settings.http_base_url,
+        timeout=30,
     )
-    if response.status_code != 200:
-        print(f"error {response.status_code}: {response.text}", file=sys.stderr)
+    if found is None:
         return 1
-    data = response.json()
-    print(json.dumps(data, indent=2) if args.json else data["prompt"])
+    print(json.dumps(found.model_dump(mode="json"), indent=2) if args.json else found.prompt)
     return 0
 
 

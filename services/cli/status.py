@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 
-import httpx
-
+from memstream import APIError, Client, TransportError
 from services.core.config import Settings
 
 
 def _cmd_status(settings: Settings, _: argparse.Namespace) -> int:
     try:
-        response = httpx.get(f"{settings.http_base_url}/readyz", timeout=10)
-    except httpx.HTTPError as exc:
+        with Client(settings.http_base_url, timeout=10, retries=0) as client:
+            ready = client.readyz()
+    except TransportError as exc:
         print(f"read service not reachable at {settings.http_base_url}: {exc}")
         return 1
-    print(json.dumps(response.json(), indent=2))
-    return 0 if response.status_code == 200 else 1
+    except APIError as exc:
+        print(f"read service at {settings.http_base_url} answered {exc.status}: {exc.message} ({exc.code})")
+        return 1
+    print(json.dumps(ready.model_dump(mode="json"), indent=2))
+    return 0 if ready.ready else 1
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

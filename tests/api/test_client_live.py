@@ -23,6 +23,7 @@ from services.auth import Role as KeyRole
 from services.stores.index_feed import apply_changes
 from tests.api.conftest import LiveApi
 from tests.factories import memory_record
+from tests.stack import run_cli
 
 TENANT = "client-live"
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -191,3 +192,36 @@ def test_the_page_shows_the_examples_as_they_run(script: str) -> None:
     page = (ROOT / "docs" / "client.md").read_text(encoding="utf-8")
     code = (ROOT / "docs" / "examples" / script).read_text(encoding="utf-8")
     assert f"```python\n{code.rstrip()}\n```" in page
+
+
+def test_the_cli_reads_and_writes_through_the_client(
+    api: LiveApi, seeded: tuple[str, list[str]], admin_key: str, tmp_path: Path
+) -> None:
+    user, ids = seeded
+    port = api.base_url.rsplit(":", 1)[1]
+    env = {
+        **os.environ,
+        "MEMSTREAM_HTTP_HOST": "127.0.0.1",
+        "MEMSTREAM_HTTP_PORT": port,
+        "MEMSTREAM_API_KEY": admin_key,
+        "MEMSTREAM_DATA_DIR": str(tmp_path),
+    }
+    scope = ("--tenant", TENANT, "--user", user)
+    recalled = run_cli(env, "recall", *scope, "coffee", timeout=120)
+    assert recalled.returncode == 0, recalled.stderr
+    assert "coffee black" in recalled.stdout
+    listed = run_cli(env, "memories", "list", *scope, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert all(i in listed.stdout for i in ids)
+    status = run_cli(env, "status", timeout=120)
+    assert status.returncode == 1  # the silent broker: not ready
+    assert '"ready": false' in status.stdout
+    missing = run_cli(env, "memories", "delete", *scope, "--topic", "skydiving", timeout=120)
+    assert missing.returncode == 1
+    assert "error 404" in missing.stderr
+    unacknowledged = run_cli(env, "memories", "add", *scope, "--type", "fact", "--text", "Likes jazz", timeout=120)
+    assert unacknowledged.returncode == 1
+    assert "error 503" in unacknowledged.stderr
+    unreachable = run_cli({**env, "MEMSTREAM_HTTP_PORT": "9"}, "status", timeout=120)
+    assert unreachable.returncode == 1
+    assert "not reachable" in unreachable.stdout
