@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from memstream.models import (
     CommandReceipt,
+    DeadLetter,
     KeyInfo,
     Memory,
     MemoryDetail,
@@ -32,6 +33,7 @@ from memstream.models import (
     NewKey,
     Readiness,
     RecallResult,
+    StageLag,
     TurnsAccepted,
     UserList,
     WorkingWindow,
@@ -72,12 +74,9 @@ def _json(response: httpx.Response) -> Any:
     return response.json()
 
 
-def _memories(response: httpx.Response) -> list[Memory]:
-    return [Memory.model_validate(m) for m in response.json()["memories"]]
-
-
-def _keys(response: httpx.Response) -> list[KeyInfo]:
-    return [KeyInfo.model_validate(k) for k in response.json()["keys"]]
+def _items(cls: type[M], field: str) -> Callable[[httpx.Response], list[M]]:
+    """The answer's list under `field`, each item a `cls`."""
+    return lambda response: [cls.model_validate(item) for item in response.json()[field]]
 
 
 def _tenant(tenant_id: str | None) -> dict[str, str]:
@@ -143,7 +142,7 @@ def working(tenant_id: str, user_id: str, session_id: str) -> Call[WorkingWindow
 
 def list_memories(tenant_id: str, user_id: str, filters: MemoryFilters) -> Call[list[Memory]]:
     params = {"tenant_id": tenant_id, **filters}
-    return Call("GET", f"{_user(user_id)}/memories", _memories, params)
+    return Call("GET", f"{_user(user_id)}/memories", _items(Memory, "memories"), params)
 
 
 def get_memory(tenant_id: str, user_id: str, memory_id: str) -> Call[MemoryDetail]:
@@ -205,7 +204,7 @@ def import_document(
 
 
 def list_keys(tenant_id: str | None) -> Call[list[KeyInfo]]:
-    return Call("GET", "/v1/keys", _keys, {"tenant_id": tenant_id})
+    return Call("GET", "/v1/keys", _items(KeyInfo, "keys"), {"tenant_id": tenant_id})
 
 
 def create_key(tenant_id: str | None, role: str, name: str) -> Call[NewKey]:
@@ -216,3 +215,11 @@ def create_key(tenant_id: str | None, role: str, name: str) -> Call[NewKey]:
 
 def revoke_key(key_id: str) -> Call[KeyInfo]:
     return Call("DELETE", f"/v1/keys/{_seg(key_id)}", _model(KeyInfo))
+
+
+def lag() -> Call[list[StageLag]]:
+    return Call("GET", "/v1/ops/lag", _items(StageLag, "stages"))
+
+
+def dead_letters(limit: int | None) -> Call[list[DeadLetter]]:
+    return Call("GET", "/v1/ops/dlq", _items(DeadLetter, "entries"), {"limit": limit})

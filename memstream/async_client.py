@@ -15,6 +15,7 @@ from memstream._retry import after_answer, after_error, result, transport_error
 from memstream.client import DEFAULT_TIMEOUT, headers
 from memstream.models import (
     CommandReceipt,
+    DeadLetter,
     KeyInfo,
     Memory,
     MemoryDetail,
@@ -22,6 +23,7 @@ from memstream.models import (
     NewKey,
     Readiness,
     RecallResult,
+    StageLag,
     TurnsAccepted,
     UserList,
     WorkingWindow,
@@ -174,3 +176,12 @@ class AsyncClient:
 
     async def revoke_key(self, key_id: str) -> KeyInfo:
         return await self._send(calls.revoke_key(key_id))
+
+    # Operations (an admin key)
+    async def lag(self) -> list[StageLag]:
+        """Messages each pipeline stage has not committed yet (`lag` None: the broker did not answer in time)."""
+        return await self._send(calls.lag())
+
+    async def dead_letters(self, *, limit: int | None = None) -> list[DeadLetter]:
+        """The newest dead letters (at most `limit` per partition); a tenant's key sees its own only."""
+        return await self._send(calls.dead_letters(limit))

@@ -14,6 +14,7 @@ from memstream._calls import Call, MemoryFilters, RecallOptions
 from memstream._retry import after_answer, after_error, result, transport_error
 from memstream.models import (
     CommandReceipt,
+    DeadLetter,
     KeyInfo,
     Memory,
     MemoryDetail,
@@ -21,6 +22,7 @@ from memstream.models import (
     NewKey,
     Readiness,
     RecallResult,
+    StageLag,
     TurnsAccepted,
     UserList,
     WorkingWindow,
@@ -177,3 +179,12 @@ class Client:
 
     def revoke_key(self, key_id: str) -> KeyInfo:
         return self._send(calls.revoke_key(key_id))
+
+    # Operations (an admin key)
+    def lag(self) -> list[StageLag]:
+        """Messages each pipeline stage has not committed yet (`lag` None: the broker did not answer in time)."""
+        return self._send(calls.lag())
+
+    def dead_letters(self, *, limit: int | None = None) -> list[DeadLetter]:
+        """The newest dead letters (at most `limit` per partition); a tenant's key sees its own only."""
+        return self._send(calls.dead_letters(limit))

@@ -165,3 +165,20 @@ class NewKey(_Answer):
 
     key: str
     record: KeyInfo
+
+
+class StageLag(_Answer):
+    stage: str
+    topic: str
+    lag: int | None = None  # None: the broker did not answer in time
+
+
+class DeadLetter(_Answer):
+    """A dead-lettered message: why, its headers, and its original bytes (base64) when they can be opened."""
+
+    partition: int
+    offset: int
+    reason: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    original_base64: str | None = None
+    preview: str = ""

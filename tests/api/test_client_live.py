@@ -120,6 +120,16 @@ def test_keys_are_created_listed_and_revoked(api: LiveApi, admin_key: str) -> No
             client.revoke_key(made.record.id)
 
 
+def test_operations_need_an_admin(api: LiveApi) -> None:
+    """Refused before the broker is asked (this one never answers): the routes and the client's paths agree."""
+    reader = api.new_key(TENANT, KeyRole.READ, "client ops reader")[1]
+    with memstream.Client(api.base_url, api_key=reader, retries=0) as client:
+        with pytest.raises(memstream.Forbidden):
+            client.lag()
+        with pytest.raises(memstream.Forbidden):
+            client.dead_letters(limit=5)
+
+
 def test_each_error_answer_is_its_exception(api: LiveApi, seeded: tuple[str, list[str]], admin_key: str) -> None:
     user, _ = seeded
     with memstream.Client(api.base_url, api_key="not-a-key", retries=0) as stranger:

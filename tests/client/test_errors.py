@@ -107,3 +107,31 @@ def test_an_id_stays_one_path_segment(user: str, sent: bytes) -> None:
     with Client("http://api", transport=httpx.MockTransport(handler)) as client:
         client.list_memories("acme", user)
     assert seen[0].url.raw_path.split(b"?")[0] == sent
+
+
+def test_operations_read_their_lists() -> None:
+    answers = {
+        "/v1/ops/lag": {"stages": [{"stage": "window", "topic": "chat.turns", "lag": 3}]},
+        "/v1/ops/dlq": {
+            "entries": [
+                {
+                    "partition": 0,
+                    "offset": 7,
+                    "reason": "bad json",
+                    "headers": {},
+                    "original_base64": None,
+                    "preview": "{",
+                }
+            ]
+        },
+    }
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=answers[request.url.path])
+
+    with Client("http://api", transport=httpx.MockTransport(handler)) as client:
+        assert [s.lag for s in client.lag()] == [3]
+        assert [d.reason for d in client.dead_letters(limit=5)] == ["bad json"]
+    assert seen[1].url.params["limit"] == "5"
