@@ -12,28 +12,29 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import Scope
 
-from schemas import MemoryStatus, MemoryType
 from services.api import docs, errors
 from services.api.access import AccessMarks, kafka_producer
 from services.api.auth import install as install_auth
+from services.api.change_stream import change_router
 from services.api.command_routes import command_router
 from services.api.command_submit import CommandSubmitter
 from services.api.health import Readiness
 from services.api.ingest import router as ingest_router
 from services.api.jsonbody import StrictJsonRoute
+from services.api.key_routes import key_router
 from services.api.limits import BodyLimit, Deadline, KeyFirst, RequestContext, request_budget
 from services.api.models import (
     Health,
     History,
-    Limit,
     MemoryIdPath,
-    MemoryList,
-    Offset,
     ReadyStatus,
     RecallRequest,
     RecallResponse,
@@ -43,12 +44,30 @@ from services.api.models import (
     UserQ,
     WorkingWindow,
 )
+from services.api.ops_routes import ops_router
 from services.api.ranking import Weights
 from services.api.recall import recall, working
 from services.api.transfer_routes import transfer_router
+from services.api.user_routes import user_router
 from services.core import metrics
 from services.runtime import Runtime
 from services.stores.postgres.commands import CommandStore
+
+CONSOLE_DIR = Path(__file__).with_name("console")
+# The console's scripts come from here only, nothing inline, and no page may frame it.
+CONSOLE_HEADERS = {
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; object-src 'none'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+
+class ConsoleFiles(StaticFiles):
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update(CONSOLE_HEADERS)
+        return response
 
 
 def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = None) -> FastAPI:
@@ -93,6 +112,10 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     app.include_router(ingest_router(settings))
     app.include_router(command_router(rt, commands, command_store))
     app.include_router(transfer_router(rt, commands))
+    app.include_router(user_router(rt))
+    app.include_router(key_router(rt))
+    app.include_router(ops_router(rt))
+    app.include_router(change_router(rt))
 
     @app.post(
         "/v1/recall",
@@ -106,23 +129,6 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
             return await recall(rt, body, weights, access)
         finally:
             metrics.RECALL_LATENCY.observe(time.perf_counter() - started)
-
-    @app.get(
-        "/v1/users/{user_id}/memories",
-        response_model=MemoryList,
-        tags=[docs.MEMORIES],
-        summary="List a user's memories, filtered by type and status",
-    )
-    async def list_memories(
-        user_id: UserPath,
-        tenant_id: TenantQ,
-        type: MemoryType | None = None,
-        status: MemoryStatus | None = None,
-        limit: Limit = 100,
-        offset: Offset = 0,
-    ) -> MemoryList:
-        found = await rt.reads.list_memories(tenant_id, user_id, type_=type, status=status, limit=limit, offset=offset)
-        return MemoryList(memories=found)
 
     @app.get(
         "/v1/users/{user_id}/memories/{memory_id}/history",
@@ -149,6 +155,9 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
         if window is None:
             raise HTTPException(status_code=404, detail=f"no session {session_id} for this tenant and user")
         return window
+
+    # The console: static files only, outside /v1 (the page holds no data; every read it makes sends the key).
+    app.mount("/console", ConsoleFiles(directory=CONSOLE_DIR, html=True), name="console")
 
     @app.get("/healthz", response_model=Health, tags=[docs.OPERATIONS], summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:

@@ -284,3 +284,170 @@ class Health(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
 
     status: Literal["ok"] = Field(description="Always `ok`: the process answers")
+
+
+_KEY_ID = "3f9c0a1b2c3d4e5f"
+_KEY_INFO: JsonDict = {
+    "id": _KEY_ID,
+    "tenant_id": "acme",
+    "role": "read",
+    "name": "support console",
+    "hint": "ms_AbC123",
+    "created_at": _WHEN,
+    "last_used_at": None,
+    "revoked_at": None,
+}
+TenantOptQ = Annotated[
+    Identifier | None,
+    Query(
+        description="The tenant (default: the API key's; an operator key must name one)",
+        openapi_examples=_example("acme"),
+    ),
+]
+KeyIdPath = Annotated[Identifier, Path(description="Key id (from the key listing)", openapi_examples=_example(_KEY_ID))]
+
+
+class UserSummary(BaseModel):
+    user_id: str = Field(description="User id")
+    total: int = Field(description="Memories the user holds, every status")
+    by_type: dict[str, int] = Field(description="Memories by type")
+    by_status: dict[str, int] = Field(description="Memories by status")
+
+
+class UserList(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "tenant_id": "acme",
+                    "users": [
+                        {
+                            "user_id": "u-42",
+                            "total": 3,
+                            "by_type": {"fact": 2, "preference": 1},
+                            "by_status": {"active": 2, "superseded": 1},
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
+    tenant_id: str = Field(description="The tenant listed")
+    users: list[UserSummary] = Field(description="Users holding any memory, by id")
+
+
+class SourceTurn(BaseModel):
+    event_id: str = Field(description="The turn's id, as sent on `chat.turns`")
+    session_id: str = Field(description="Session of the turn")
+    role: str = Field(description="user or assistant")
+    text: str = Field(description="What the turn said, as archived")
+    ts: datetime = Field(description="When it was said")
+
+
+class MemoryDetail(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "memory": _RECORD,
+                    "layer": "semantic",
+                    "sources": [
+                        {"event_id": "e-3", "session_id": "s-7", "role": "user", "text": "I moved to Lyon", "ts": _WHEN}
+                    ],
+                }
+            ]
+        }
+    )
+
+    memory: MemoryRecord = Field(description="The memory as stored")
+    layer: MemoryLayer = Field(description="procedural, semantic or episodic")
+    sources: list[SourceTurn] = Field(
+        description="The archived turns its provenance names, in turn order (none for a manual memory, or once "
+        "the turns have left the archive)"
+    )
+
+
+class KeyInfo(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [_KEY_INFO]})
+
+    id: str = Field(description="Key id (what revoking takes)")
+    tenant_id: str | None = Field(description="The key's tenant; none for an operator key")
+    role: str = Field(description="read, write or admin")
+    name: str = Field(description="A label")
+    hint: str = Field(description="The key's first characters, to tell keys apart")
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class KeyList(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"keys": [_KEY_INFO]}]})
+
+    keys: list[KeyInfo] = Field(description="Oldest first, revoked keys included")
+
+
+class NewKeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"role": "read", "name": "support"}]})
+
+    role: Literal["read", "write", "admin"] = Field(description="The new key's role")
+    name: Annotated[str, StringConstraints(max_length=200), AfterValidator(_free_text)] = Field(
+        default="", description="A label"
+    )
+
+
+class NewKey(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"key": "ms_AbC123dEf456gHi789jKl012mNo345pQr678sTu901v", "record": _KEY_INFO}]}
+    )
+
+    key: str = Field(description="The key itself: shown once, kept nowhere")
+    record: KeyInfo
+
+
+class StageLag(BaseModel):
+    stage: str = Field(description="The consumer group's stage")
+    topic: str = Field(description="The topic it consumes")
+    lag: int | None = Field(description="Messages not yet committed; none when the broker did not answer")
+
+
+class LagReport(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"stages": [{"stage": "window", "topic": "memory.archive", "lag": 0}]}]}
+    )
+
+    stages: list[StageLag]
+
+
+class DeadLetterEntry(BaseModel):
+    partition: int
+    offset: int
+    reason: str = Field(description="Why it was dead-lettered")
+    state: str = Field(description="clear, opened (sealed for its user), forgotten (key gone) or unreadable")
+    headers: dict[str, str] = Field(description="The entry's headers (source topic, stage, error), as text")
+    original_base64: str | None = Field(description="The original message's bytes, base64")
+    preview: str = Field(description="The original bytes as printable text (non-printables escaped), cut short")
+
+
+class DeadLetterList(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "entries": [
+                        {
+                            "partition": 0,
+                            "offset": 12,
+                            "reason": "invalid_event",
+                            "state": "clear",
+                            "headers": {"reason": "invalid_event", "source-topic": "chat.turns"},
+                            "original_base64": "bm90IGpzb24=",
+                            "preview": "not json",
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
+    entries: list[DeadLetterEntry] = Field(description="The newest entries, oldest first")

@@ -271,13 +271,36 @@ class MemoryReader:
         status: MemoryStatus | None,
         limit: int,
         offset: int,
+        types: Sequence[str] = (),
+        since: datetime | None = None,
+        until: datetime | None = None,
+        as_of: datetime | None = None,
     ) -> list[MemoryRecord]:
+        """A user's memories, oldest observed first: of `type_` and of any of `types` (a layer is a set of
+        types; empty: all), observed in [since, until), and with `as_of` only those that were active memory
+        then (ACTIVE_AT, the rule of point-in-time recall)."""
         async with self._pool.connection("list_memories") as conn:
             cur = await conn.execute(
-                f"""SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s
-                    AND (%s::text IS NULL OR type = %s) AND (%s::text IS NULL OR status = %s)
-                    ORDER BY observed_at, id LIMIT %s OFFSET %s""",
-                (tenant_id, user_id, type_, type_, status, status, limit, offset),
+                f"""SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s
+                    AND (%(type)s::text IS NULL OR type = %(type)s)
+                    AND (cardinality(%(types)s::text[]) = 0 OR type = ANY(%(types)s::text[]))
+                    AND (%(status)s::text IS NULL OR status = %(status)s)
+                    AND (%(since)s::timestamptz IS NULL OR observed_at >= %(since)s)
+                    AND (%(until)s::timestamptz IS NULL OR observed_at < %(until)s)
+                    AND (%(at)s::timestamptz IS NULL OR ({ACTIVE_AT}))
+                    ORDER BY observed_at, id LIMIT %(k)s OFFSET %(o)s""",
+                {
+                    "t": tenant_id,
+                    "u": user_id,
+                    "type": type_,
+                    "types": list(types),
+                    "status": status,
+                    "since": since,
+                    "until": until,
+                    "at": as_of,
+                    "k": limit,
+                    "o": offset,
+                },
             )
             return [record_from_row(r) for r in await cur.fetchall()]
 
@@ -303,3 +326,70 @@ class MemoryReader:
         async with self._pool.connection("counts") as conn:
             cur = await conn.execute("SELECT type, status, count(*) AS n FROM memories GROUP BY type, status")
             return [(r["type"], r["status"], int(r["n"])) for r in await cur.fetchall()]
+
+
+@dataclass(frozen=True, slots=True)
+class UserCounts:
+    """One user of a tenant: how many memories they hold, by type and by status."""
+
+    user_id: str
+    total: int
+    by_type: dict[str, int]
+    by_status: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceTurn:
+    """A turn a memory was derived from, as the archive (table `turns`) holds it."""
+
+    event_id: str
+    session_id: str
+    role: str
+    content: str
+    ts: datetime
+
+
+async def tenant_users(pool: PgPool, tenant_id: str, *, limit: int, offset: int) -> list[UserCounts]:
+    """A tenant's users (those holding any memory), by id, with their counts: a tenant-level listing."""
+    async with pool.connection("tenant_users") as conn:
+        cur = await conn.execute(
+            """WITH page AS (
+                   SELECT DISTINCT user_id FROM memories WHERE tenant_id = %(t)s ORDER BY user_id
+                   LIMIT %(k)s OFFSET %(o)s
+               )
+               SELECT m.user_id, m.type, m.status, count(*) AS n FROM memories m JOIN page p USING (user_id)
+               WHERE m.tenant_id = %(t)s GROUP BY m.user_id, m.type, m.status ORDER BY m.user_id""",
+            {"t": tenant_id, "k": limit, "o": offset},
+        )
+        rows = await cur.fetchall()
+    users: dict[str, UserCounts] = {}
+    for r in rows:
+        held = users.setdefault(r["user_id"], UserCounts(r["user_id"], 0, {}, {}))
+        n = int(r["n"])
+        held.by_type[r["type"]] = held.by_type.get(r["type"], 0) + n
+        held.by_status[r["status"]] = held.by_status.get(r["status"], 0) + n
+        users[r["user_id"]] = UserCounts(held.user_id, held.total + n, held.by_type, held.by_status)
+    return list(users.values())
+
+
+async def memory_with_sources(
+    pool: PgPool, tenant_id: str, user_id: str, memory_id: str
+) -> tuple[MemoryRecord, list[SourceTurn]] | None:
+    """One memory of a user and the archived turns its provenance names (those still archived), in turn order."""
+    async with pool.connection("memory_with_sources") as conn:
+        cur = await conn.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s",
+            (tenant_id, user_id, memory_id),
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        record = record_from_row(row)
+        cur = await conn.execute(
+            """SELECT event_id, session_id, role, content, ts FROM turns
+               WHERE tenant_id = %s AND user_id = %s AND event_id = ANY(%s)
+               ORDER BY session_id, turn_index, ts, event_id""",
+            (tenant_id, user_id, list(record.source.event_ids)),
+        )
+        turns = [SourceTurn(**r) for r in await cur.fetchall()]
+    return record, turns
