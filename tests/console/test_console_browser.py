@@ -1,5 +1,5 @@
-"""The console in a real browser (Debian's headless chromium) against a whole embedded stack: log in, find a
-memory, correct it and see the change arrive live, no serious accessibility violation (axe), no horizontal scroll
+"""The console in a real browser (Debian's headless chromium) against a whole embedded stack: log in, search and
+find a memory, correct it and see the change arrive live, no serious accessibility violation (axe), no horizontal scroll
 at 375 px. Saves a screenshot to bench-results/console.png and prints each step's time."""
 
 from __future__ import annotations
@@ -84,6 +84,13 @@ def test_console_end_to_end(console_stack: Stack, browser: WebDriver) -> None:
         browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
         wait.until(ec.element_to_be_clickable((By.XPATH, f"//table[@id='users']//button[text()='{user}']"))).click()
 
+    def search() -> None:
+        browser.find_element(By.ID, "query").send_keys("aisle seats")
+        browser.find_element(By.CSS_SELECTOR, "#search button[type=submit]").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "results"), "score"))
+        assert "Prefers aisle seats" in browser.find_element(By.ID, "results").text
+        assert browser.find_elements(By.CSS_SELECTOR, "#results .signals dt"), "each result shows its signals"
+
     def find_memory() -> None:
         memory = (By.XPATH, "//ol[@id='memories']//button[text()='Prefers aisle seats']")
         wait.until(ec.element_to_be_clickable(memory)).click()
@@ -122,6 +129,7 @@ def test_console_end_to_end(console_stack: Stack, browser: WebDriver) -> None:
 
     steps.run("seed a memory", seed)
     steps.run("log in and open the user", login)
+    steps.run("search with recall", search)
     steps.run("find the memory", find_memory)
     steps.run("correct it and see the change live", correct_and_see_it_live)
     serious = steps.run("axe check", accessibility)
