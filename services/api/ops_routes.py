@@ -28,21 +28,12 @@ from services.auth import Principal, Role
 from services.core import generations, topics
 from services.core.config import Settings
 from services.core.kafka_auth import aiokafka_kwargs
-from services.core.stages import group_id
+from services.core.stages import STAGE_INPUTS, group_id
 from services.kafka.dead_letters import REASON_HEADER
 from services.kafka.log_end import group_lag
 from services.kafka.log_tail import pin_to_log_end
 from services.runtime import Runtime
 
-# Each stage's input, by topic role: the consumer groups whose lag the page shows.
-STAGE_INPUTS = (
-    ("window", "archive"),
-    ("summarizer", "evicted"),
-    ("embedder", "candidates"),
-    ("consolidator", "embedded"),
-    ("consolidator", "archive"),
-    ("qdrant_sink", "changes"),
-)
 PREVIEW_CHARS = 400
 ADMIN_ONLY = "this route needs an admin key"
 

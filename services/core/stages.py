@@ -22,6 +22,15 @@ STAGE_NAMES = ("window", "summarizer", "embedder", "consolidator", "qdrant_sink"
 # The stage that writes the recall index: with the embedded Qdrant Edge shard it
 # must run in the read service's process (a shard has one owner).
 INDEX_STAGE = "qdrant_sink"
+# Each stage's inputs, by the role of the topic: where lag is measured (a rebuild's wait, the ops page).
+STAGE_INPUTS = (
+    ("window", "archive"),
+    ("summarizer", "evicted"),
+    ("embedder", "candidates"),
+    ("consolidator", "embedded"),
+    ("consolidator", "archive"),  # the commands stage: the archive's command records
+    ("qdrant_sink", "changes"),
+)
 # Stages that write the outbox in their transactions (maintenance, which also
 # does, runs with the window stage).
 OUTBOX_STAGES = ("window", "consolidator")

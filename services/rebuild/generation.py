@@ -54,22 +54,13 @@ from services.core import generations
 from services.core.config import Settings
 from services.core.generations import Generation
 from services.core.kafka_auth import confluent_config
-from services.core.stages import group_id
+from services.core.stages import STAGE_INPUTS, group_id
 from services.kafka.log_end import group_lag
 from services.rebuild.progress import Progress
 from services.stores.postgres import generations as generation_registry
 
 log = logging.getLogger("memstream.rebuild")
 
-# Each stage's inputs, by the role of the topic: where a generation's lag is measured.
-STAGE_INPUTS = (
-    ("window", "archive"),
-    ("summarizer", "evicted"),
-    ("embedder", "candidates"),
-    ("consolidator", "embedded"),
-    ("consolidator", "archive"),  # the commands stage: the archive's command records
-    ("qdrant_sink", "changes"),
-)
 # The first phase holds the commands back (see `rebuild_generation`).
 FIRST_PHASE = tuple(pair for pair in STAGE_INPUTS if pair != ("consolidator", "archive"))
 
