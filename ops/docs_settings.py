@@ -20,7 +20,7 @@ from pydantic_core import PydanticUndefined
 from services.core import config
 
 # Comments in the source point at sections of the old single-page guide; the pages say it by their links.
-_GUIDE_REF = re.compile(r"\s*\(README[^)]*\)")
+_GUIDE_REF = re.compile(r"\s*\((?:README|docs/)[^)]*\)")
 _SECTION = re.compile(r"#\s*---\s*(.*?)\s*---\s*$")
 
 

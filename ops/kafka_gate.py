@@ -21,7 +21,7 @@ producer's or subscriber's requests are read one by one and forwarded,
 answered with an authorization error, or the connection is closed. The
 broker advertises the gate's address, so every later connection comes back
 through it. The private port is reachable from this host only: a local
-process can still bypass the gate (README, Security).
+process can still bypass the gate (docs/security.md).
 """
 
 from __future__ import annotations

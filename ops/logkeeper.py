@@ -214,7 +214,7 @@ class Gate:
     rewrite is safe once no request of the partition is in flight, none
     ended within `quiet` seconds (the gap between a fetch's listing and its
     reads), and no new listing can start. What the store cannot see is a
-    tansu pause longer than `quiet` between a listing and its reads (README).
+    tansu pause longer than `quiet` between a listing and its reads (docs/operations/embedded-broker.md).
     """
 
     def __init__(self) -> None:

@@ -9,7 +9,7 @@ folder, a consumer at the end of 4,000 one-message batches starved. Here
 each folder's entries are read once, kept sorted, and kept current by every
 write and delete through the server (its only writer), so a page costs a
 binary search and the page itself (measured: fine at 16,000 objects in a
-partition, starved at 24,000; README, the embedded broker).
+partition, starved at 24,000; docs/operations/embedded-broker.md).
 
 A folder's entries are names, a subfolder's name ending in "/": sorted as
 strings that is the byte order S3 lists keys in, subfolders in place.

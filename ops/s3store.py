@@ -33,7 +33,7 @@ server left behind.
 Durability: an object is written to a temporary file and renamed over the
 key, so a crash (kill -9) leaves the old or the new object, never a mix.
 Nothing is fsynced: an acknowledged write survives the process, not a power
-loss (README, the embedded broker).
+loss (docs/operations/embedded-broker.md).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class MemoryType(StrEnum):
 
 
 class MemoryLayer(StrEnum):
-    """The layers of DESIGN §1/§6, as recall presents them."""
+    """The layers recall presents memory in: how to act, what is true, what happened, the current window."""
 
     PROCEDURAL = "procedural"  # how to act for this user: preferences, instructions
     SEMANTIC = "semantic"  # what is true: facts, synthesized topics, patterns

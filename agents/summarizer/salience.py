@@ -13,7 +13,7 @@ padding words stands in for them.
 
 The counts are kept in hashed buckets, never as words: they are aggregates
 over every user of a tenant, and a forgotten user's words must not be
-readable from them (README, "Archive and forgetting").
+readable from them (docs/operations/forgetting.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Access marks: recall tells the consolidator what it returned, coalesced, through `memory.commands`.
 
-The read path never writes (DESIGN §6), and a mark must never fail or slow
+The read path never writes, and a mark must never fail or slow
 a recall: `mark()` only counts the returned memories in the current window
 and returns. Every `flush_seconds` one background task sends the window as
 one access command per user (at most 100 memories each): one mark per

@@ -74,7 +74,7 @@ class Candidate:
 
 
 def layer_of(type_: str) -> MemoryLayer:
-    """The DESIGN §1/§6 layer of a memory type; an unknown type is treated as episodic (what happened)."""
+    """The recall layer of a memory type; an unknown type is treated as episodic (what happened)."""
     try:
         return LAYER_OF_TYPE[MemoryType(type_)]
     except ValueError:

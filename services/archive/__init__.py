@@ -10,7 +10,7 @@
 The window stage writes the archive (agents/window); rebuilds read it. The
 consolidator, its commands stage and maintenance write the changes; the
 qdrant sink, `rebuild store` and `memstream changes` read them. See the
-README's "Archive and forgetting".
+docs/operations/forgetting.md.
 """
 
 from services.archive.changes import ChangeSealer, open_changes, open_messages, seal_changes

@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     window_trim_to: float = Field(0.5, gt=0, le=1)
     # Turns per window-stage transaction, and how long a batch may wait to fill. The waits of the window,
     # embedder and consolidator (0.1 s each) make a trickle of turns arrive in batches of a few: each batch
-    # costs a transaction and a wait for the broker whatever its size (README, "Benchmarks").
+    # costs a transaction and a wait for the broker whatever its size (docs/benchmarks.md).
     window_batch_size: int = 64
     window_batch_within: float = 0.1
 
@@ -78,7 +78,7 @@ class Settings(BaseSettings):
     embed_batch_within: float = 0.1
     embed_cache_size: int = 50_000
     embed_threads: int = 2
-    # int8 MiniLM: about twice the texts per CPU second, vectors within cosine ~0.99 of float32 (README, embedder).
+    # int8 MiniLM: about twice the texts per CPU second, vectors within cosine ~0.99 of float32 (docs/concepts/pipeline.md).
     embed_quantized: bool = True
     # Recall's query vectors kept by exact text (services/embedding/query_cache.py); ~1.5 KB each with MiniLM.
     query_cache_size: int = Field(10_000, ge=0)
@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     recall_top_k: int = 10
     recall_token_budget: int = 2_000
     recall_candidates: int = 50
-    # --- recall quality (README "How recall ranks"). Defaults tuned on the LoCoMo dev set. ---
+    # --- recall quality (docs/usage/recall.md). Defaults tuned on the LoCoMo dev set. ---
     # Hits taken from each index leg (own dense, own BM25, context dense, context BM25) before fusion (top_k
     # if larger); min-max normalisation is over this list, so it is fixed, not tied to top_k.
     recall_leg_depth: int = 50

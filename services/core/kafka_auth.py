@@ -7,7 +7,7 @@ no mechanism configured every function returns "nothing to add", so the
 unauthenticated embedded default is unchanged.
 
 Only SASL over plaintext is produced: no TLS options exist yet (see the
-README's Security section). With SCRAM the password never crosses the wire;
+docs/security.md). With SCRAM the password never crosses the wire;
 the data does, in the clear.
 """
 

@@ -5,7 +5,7 @@ so a follower never disturbs the stages' groups and any number can run.
 (Reading from the beginning to the end and stopping is services/kafka/log_end.py.)
 
 "From its end" on the embedded broker: tansu's ListOffsets "latest" answers
-the first offset of a recent batch plus one, short of the end (README, the
+the first offset of a recent batch plus one, short of the end (docs/operations/embedded-broker.md, the
 embedded broker), while the high watermark in its fetch responses is exact.
 So `pin_to_log_end` seeks to that early end, fetches until every partition
 has reported its high watermark (what it fetched meanwhile predates the pin),

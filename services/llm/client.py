@@ -63,7 +63,7 @@ class Fallback:
 
     @property
     def dead_letter(self) -> bool:
-        """Only a bad answer is data worth keeping; an outage is not (DESIGN §4: outages only delay)."""
+        """Only a bad answer is data worth keeping; an outage is not (an outage only delays)."""
         return self.reason == "invalid_output"
 
     def describe(self, operation: str) -> str:

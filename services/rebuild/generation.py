@@ -28,8 +28,7 @@ keeps appending to (turns, session ends and applied commands): the embedded stac
 runs a worker for every ready or serving generation, and the read service
 feeds the serving generation's Qdrant Edge shard itself (a shard has one
 owner; services/api/index_follower.py). With a Qdrant server, run
-`MEMSTREAM_GENERATION=NAME memstream worker` for it (see the README's
-"Generations").
+`MEMSTREAM_GENERATION=NAME memstream worker` for it (see docs/operations/rebuild.md).
 """
 
 from __future__ import annotations

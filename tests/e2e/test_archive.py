@@ -10,7 +10,7 @@ of A's; and `memstream changes` prints B's changes and none of A's.
 What the log cannot forget: Kafka cannot delete records before their retention does. Topics that keep
 records for at most `chat.turns`' retention (7 days: chat.turns itself, which holds raw turns as producers
 sent them, and the pipeline's intermediate topics) still hold A's words in the clear until then; that is
-stated here, in topics.yaml and in the README, and allowed below. Nothing longer-lived may hold them.
+stated here, in topics.yaml and in docs/operations/forgetting.md, and allowed below. Nothing longer-lived may hold them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from services.stores.postgres.records import RECORD_COLUMNS as _RECORD_COLUMNS
 from services.stores.postgres.records import record_from_row
 from services.stores.postgres.windows import WORKING_WINDOW_SQL
 
-# Which rows were active memory at `%(at)s` (the rule of point-in-time recall, README "Point-in-time recall"):
+# Which rows were active memory at `%(at)s` (the rule of point-in-time recall, docs/usage/recall.md):
 # observed by then, and either still active, or retired (superseded, merged; pruned: `updated_at` is when
 # maintenance pruned it, nothing touches a pruned row after) only after it. Deleted rows, and any
 # status this rule does not know, are never shown again: deleting is how a user takes something back.
@@ -31,7 +31,7 @@ ACTIVE_AT = """observed_at <= %(at)s AND CASE status
 # with ' & ' only (no other operator), so turning those into ' | ' is exactly "match any".
 ANY_WORD = "replace(plainto_tsquery('english', %(text)s)::text, ' & ', ' | ')::tsquery"
 
-# The reads of a recall (README "Recall"); each is scoped by tenant and user, each is one statement so
+# The reads of a recall (docs/usage/recall.md); each is scoped by tenant and user, each is one statement so
 # `recall_reads` can send them together. Profile: keyed facts and preferences close to the query, scored
 # by pgvector over one user's profile (a few hundred rows at most).
 _PROFILE_SQL = f"""SELECT * FROM (
