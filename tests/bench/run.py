@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from services.embedding import MiniLmEmbedder
-from tests.bench import auth_check, pipeline, recall_load, scaling
+from tests.bench import auth_check, pipeline, recall_load, scaling, tracing_cost
 from tests.bench import rebuild as rebuild_bench
 from tests.bench.corpus import conversations
 from tests.bench.probe import peak_rss_mib
@@ -179,6 +179,9 @@ def main() -> None:
         results["worker_scaling"] = scaling.compare(conversations(plan.scaling_turns, plan.scaling_users))
         results["worker_scaling"]["stage_seconds"] = round(time.perf_counter() - started, 1)
         print(f"  worker_scaling: {results['worker_scaling']}", flush=True)
+    # Traces off (the default) and on, per stage batch, set against the throughput just measured.
+    results["tracing_cost"] = tracing_cost.measure(results.get("throughput", {}).get("turns_per_s"))
+    print(f"  tracing_cost: {results['tracing_cost']}", flush=True)
     RESULTS.mkdir(exist_ok=True)
     text = table(results)
     (RESULTS / "bench.json").write_text(json.dumps(results, indent=2, default=str))
