@@ -16,12 +16,19 @@ class Settings(BaseSettings):
 
     # Where the embedded stack keeps its state.
     data_dir: Path = Path(".memstream")
+    # The topics, partitions and retention `memstream topics create` declares; the embedded log enforces its
+    # retention, and `rebuild generation` creates a generation's topics from it.
     topics_file: Path = Path("topics.yaml")
 
+    # The Kafka broker(s) every stage, the read service and the CLI connect to (host:port, comma-separated).
     kafka_bootstrap: str = "127.0.0.1:9092"
+    # Prefix of every stage's consumer group and Faust app id (`<app_id>-<stage>`); give each deployment
+    # sharing one broker its own. A generation derives its own from it.
     app_id: str = "memstream"
     # Consumer offsets are committed this often (seconds).
     commit_interval: float = 1.0
+    # Seconds without a heartbeat before the broker moves a worker's partitions to the others (also the
+    # rebalance timeout): lower fails over faster, higher tolerates longer stalls.
     group_session_timeout: float = 10.0
     # How long the broker may hold an empty fetch; bounds each hop's latency. 50 ms: a turn crosses four
     # hops before recall finds it; an idle embedded stack measured ~0.05 core more than at 100 ms.
@@ -29,39 +36,55 @@ class Settings(BaseSettings):
 
     # No password here: the embedded stack's generated one is joined from data_dir/pgpass (see below).
     pg_dsn: str = Field("postgresql://memstream@127.0.0.1:5433/memstream", validate_default=True)
+    # Most connections a Postgres pool opens (one pool per process, and per generation the read service serves);
+    # raise it when requests or batches queue for a connection.
     pg_pool_size: int = 4
-    # Seconds to open a connection / wait for a free pooled one: an outage
+    # Seconds to open a connection: an outage
     # must surface fast (StoreUnavailable), not hang a request or a batch.
     pg_connect_timeout: float = 2.0
+    # Seconds to wait for a free pooled connection, short for the same reason.
     pg_pool_timeout: float = 2.0
 
     # None means the embedded Qdrant Edge shard under data_dir/qdrant.
     qdrant_url: str | None = None
+    # Collection name on the Qdrant server (with qdrant_url only); a generation and a non-MiniLM
+    # embedding model each add a suffix, so they never share points.
     qdrant_collection: str = "memories"
     # Qdrant server's API key (its service.api_key), sent with every request; never logged.
     qdrant_api_key: SecretStr | None = None
 
+    # Address the read service (HTTP API) listens on, and a worker's metrics endpoint; 0.0.0.0 for other hosts.
     http_host: str = "127.0.0.1"
+    # Port of the read service's HTTP API (and its /metrics).
     http_port: int = 8080
-    # Larger request bodies get 413; a request taking longer gets 503.
+    # Larger request bodies (bytes) get 413.
     http_max_body_bytes: int = 1024 * 1024
+    # Seconds a /v1 request may take; a request taking longer gets 503 (exports and imports have their own).
     http_request_timeout: float = 2.0
     # A request whose head and body have not all arrived this many seconds after its first byte gets 408, closed.
     http_read_timeout: float = 30.0
+    # Seconds /readyz may take; its Kafka, Postgres and Qdrant probes get 80% of it, a slower one counts as down.
     readyz_timeout: float = 1.0
+    # Prometheus metrics port of a worker process without the read service (which serves /metrics itself).
     worker_metrics_port: int = 9464
 
+    # Tokens a session's working window may hold before older turns are evicted (to be summarised).
     window_max_tokens: int = 12_000
+    # Turns a session's working window may hold before older turns are evicted.
     window_max_turns: int = 20
+    # The newest turns never evicted (nor the first), even over the limits; recall's context comes from them.
     window_keep_last: int = 3
     # A window over a limit is trimmed to this share of both: evicted turns leave in runs (agents/window/logic.py).
     window_trim_to: float = Field(0.5, gt=0, le=1)
-    # Turns per window-stage transaction, and how long a batch may wait to fill. The waits of the window,
+    # Turns per window-stage transaction.
+    window_batch_size: int = 64
+    # Seconds a window-stage batch may wait to fill. The waits of the window,
     # embedder and consolidator (0.1 s each) make a trickle of turns arrive in batches of a few: each batch
     # costs a transaction and a wait for the broker whatever its size (docs/benchmarks.md).
-    window_batch_size: int = 64
     window_batch_within: float = 0.1
 
+    # Largest turn content in bytes (after normalisation): larger is refused (422 at POST /v1/turns, DLQ
+    # as oversized in the window stage).
     max_content_bytes: int = 64 * 1024
     # Largest message memstream produces (Kafka's default limit is 1 MiB):
     # evicted chunks are split below it, DLQ copies truncated to it.
@@ -73,10 +96,15 @@ class Settings(BaseSettings):
     # When set, events of any other tenant go to the DLQ as unknown_tenant.
     tenants: frozenset[str] | None = None
 
+    # Directory of the MiniLM ONNX model; unset = the one packaged with memstream.
     embed_model_dir: Path | None = None
+    # Texts per embedder-stage batch and per model call (or per request to embed_base_url).
     embed_batch_size: int = 64
+    # Seconds an embedder-stage batch may wait to fill.
     embed_batch_within: float = 0.1
+    # Vectors a process keeps by text (LRU) so repeated texts skip the model; ~1.5 KB each with MiniLM.
     embed_cache_size: int = 50_000
+    # CPU threads the MiniLM model uses per call (ONNX intra-op threads).
     embed_threads: int = 2
     # int8 MiniLM: about twice the texts per CPU second, vectors within cosine ~0.99 of float32 (docs/concepts/pipeline.md).
     embed_quantized: bool = True
@@ -88,39 +116,57 @@ class Settings(BaseSettings):
     # How long a thread waits, at most, for the GIL a busy thread holds (Python's default is 5 ms).
     gil_switch_interval_ms: float = Field(1.0, gt=0, le=100)
 
+    # Records per batch of the consolidator, commands and index stages (and the read service's index follower).
     consolidate_batch_size: int = 256
+    # Seconds a consolidator or commands batch may wait to fill.
     consolidate_batch_within: float = 0.1
     # The index sink's batches cost little whatever their size: a short wait keeps the last hop to recall short.
     index_batch_within: float = 0.02
 
     # Evicted chunks per summarizer batch (one send and one wait for the broker); 1 with an LLM configured.
     summarize_batch_size: int = Field(16, ge=1)
+    # Seconds a summarizer batch may wait to fill.
     summarize_batch_within: float = 0.1
+    # Sentences an extractive episode summary keeps from the evicted turns.
     summary_max_sentences: int = 3
 
+    # Meant as recall's default top_k; not read today: a request without top_k gets 10 (services/api/models.py).
     recall_top_k: int = 10
+    # Meant as recall's default token_budget; not read today: a request without one gets 2,000 (services/api/models.py).
     recall_token_budget: int = 2_000
+    # Fused hits each recall ranks (at least 3 x top_k) before packing the answer; more finds lower-scored
+    # hits that ranking lifts, at some cost per request.
     recall_candidates: int = 50
     # --- recall quality (docs/usage/recall.md). Defaults tuned on the LoCoMo dev set. ---
     # Hits taken from each index leg (own dense, own BM25, context dense, context BM25) before fusion (top_k
     # if larger); min-max normalisation is over this list, so it is fixed, not tied to top_k.
     recall_leg_depth: int = 50
-    # Score fusion of the recall legs (services.stores.fusion): dense and BM25 shares of each pair of legs.
+    # Score fusion of the recall legs (services.stores.fusion): dense share of each pair of legs.
     recall_dense_weight: float = 0.4
+    # Score fusion of the recall legs: BM25 share of each pair of legs.
     recall_sparse_weight: float = 0.6
-    # The context pair's weight against the own pair's (1.0: as much), and the session cue's (fusion.py).
+    # The context pair's weight against the own pair's (1.0: as much) (fusion.py).
     recall_context_weight: float = 1.0
+    # The session cue's weight (fusion.py): lifts hits from the conversation that best matches the query.
     recall_session_weight: float = 0.4
     # BM25 document weights (services.stores.vector.Bm25Params); changing them needs `memstream rebuild index`.
+    # k1: how fast repeats of a term stop adding weight.
     recall_bm25_k1: float = 1.2
+    # BM25 length normalisation b (0: none, 1: full); needs `memstream rebuild index` too.
     recall_bm25_b: float = 0.4
+    # A memory's own text's average length in tokens (after stopwords), for BM25; needs `memstream rebuild index`.
     recall_bm25_avg_len: float = 15.0
+    # How many times avg_len a context document (a text with its preceding turns) is taken to be; needs a rebuild.
     recall_bm25_context_factor: float = 3.0
-    # The ranking signals after fusion (services.api.ranking.Weights).
+    # The ranking signals after fusion (services.api.ranking.Weights): the fused similarity's weight.
     recall_weight_similarity: float = 0.40
+    # Recency's weight: 1 for a memory last seen (observed or recalled) now, halving every 180 days.
     recall_weight_recency: float = 0.05
+    # The weight of the memory's importance (0 to 1; maintenance decays it).
     recall_weight_importance: float = 0.20
+    # The weight of how often recall returned the memory (log-scaled, 1 at 50 recalls).
     recall_weight_access: float = 0.10
+    # The weight of the query naming one of the memory's entities (1 if it does, else 0).
     recall_weight_entity: float = 0.02
     # Access marks are coalesced per memory over this window (one mark: a count and the last access).
     access_flush_seconds: float = Field(5.0, gt=0, le=3600)
@@ -132,37 +178,55 @@ class Settings(BaseSettings):
     merge_similarity: float = 0.92
     # Candidates below this importance are not stored on their own (facts and preferences always are).
     min_importance: float = 0.3
+    # Seconds between maintenance passes (decay, prune, patterns, topics, questions) over every user.
     maintenance_interval: float = 6 * 3600.0
+    # Importance a memory loses per maintenance pass once unseen for decay_after_days (never below 0).
     decay_rate: float = 0.05
+    # Days a memory must go unseen (neither observed nor recalled) before passes decay it.
     decay_after_days: float = 7.0
+    # A memory whose importance (after decay) is below this and unseen for prune_after_days is pruned.
     prune_below: float = 0.1
+    # Days a low-importance memory must go unseen before it is pruned.
     prune_after_days: float = 30.0
-    # Patterns (agents/maintenance/rules/patterns.py, chosen on tests/bench/patterns.py): at least this many episodes
-    # whose mean cosine is this many standard deviations above the user's typical pair of episodes, the
-    # user's pairs pooled with this many pairs of unrelated episodes (the prior of a short history).
+    # Patterns (agents/maintenance/rules/patterns.py, chosen on tests/bench/patterns.py): at least this many
+    # episodes become one pattern memory.
     pattern_min_episodes: int = 5
+    # Patterns: episodes cluster while their mean cosine is this many standard deviations above the user's
+    # typical pair of episodes.
     pattern_spread: float = 1.0
+    # Patterns: the user's pairs are pooled with this many pairs of unrelated episodes (the prior of a short history).
     pattern_prior_pairs: float = 200.0
+    # Days back from a topic term's latest episode within which its episodes count towards a semantic topic.
     semantic_window_days: float = 90.0
-    # An open question recall surfaced this often, or open this long, is deferred (no longer surfaced).
+    # An open question recall surfaced this often is deferred (no longer surfaced).
     question_max_surfaced: int = 3
+    # An open question open this long (days) is deferred too.
     question_defer_days: float = 30.0
     # A session with no turn for this long is closed as if session_end had arrived.
     session_idle: float = 1800.0
+    # Seconds between looks for idle sessions to close (the default generation only); bounds how late they close.
     session_idle_check_seconds: float = 60.0
 
     # --- optional LLM path; unset base URL = no LLM anywhere ---
+    # An OpenAI-compatible chat API the summarizer, consolidator and maintenance then use; unset, rules alone decide.
     llm_base_url: str | None = None
+    # The chat model named in every LLM request.
     llm_model: str = "gpt-4o-mini"
+    # Bearer key for the LLM API and for embed_base_url; the default suits local servers that want none.
     llm_api_key: str = "unused"
+    # Seconds one request to the LLM API (or to embed_base_url) may take before it times out.
     llm_timeout: float = 20.0
+    # LLM requests one process has in flight at once; the rest wait for a slot.
     llm_concurrency: int = 4
+    # Retries of a transient LLM failure (timeout, 408, 429, 5xx, connection) before the request fails.
     llm_max_retries: int = 2
     # The LLM decides over neighbours at least this similar; a candidate with none is added without a request.
     llm_decide_min_similarity: float = 0.5
     # OpenAI-compatible embeddings instead of the packaged MiniLM.
     embed_base_url: str | None = None
+    # The model named in each request to embed_base_url; it and the dimension name the index collection.
     embed_model: str = "text-embedding-3-small"
+    # Vector length embed_base_url's model returns, checked on every answer.
     embed_dimension: int = 1536
 
     # --- authentication (services/auth) ---
@@ -181,13 +245,15 @@ class Settings(BaseSettings):
     # --- MCP server (services/mcp_server.py) ---
     # The memstream HTTP API the MCP tools call; unset = this machine's read service (http_host:http_port).
     api_url: str | None = None
-    # Tenant and user every tool call acts for (`memstream mcp --tenant --user`).
+    # Tenant every tool call acts for (`memstream mcp --tenant`).
     mcp_tenant: str | None = None
+    # User every tool call acts for (`memstream mcp --user`).
     mcp_user: str | None = None
     # Let the model name tenant_id / user_id in each tool call instead of binding them (`--allow-any-user`).
     mcp_allow_any_user: bool = False
     # Where `memstream mcp --http` listens (streamable HTTP at /mcp).
     mcp_host: str = "127.0.0.1"
+    # The port `memstream mcp --http` listens on (`--port`).
     mcp_port: int = 8765
 
     # --- HTTP ingest (services/api/ingest.py) ---
@@ -199,7 +265,9 @@ class Settings(BaseSettings):
     # Setting the mechanism makes every Kafka client memstream creates (Faust app, aiokafka, confluent-kafka)
     # authenticate with SASL over plaintext, and makes `memstream up` require it of every client (ops/kafka_gate.py).
     kafka_sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] | None = None
+    # The SASL user memstream's Kafka clients log in as; needed with the mechanism (`memstream up` registers it).
     kafka_sasl_username: str | None = None
+    # That user's password; never logged.
     kafka_sasl_password: SecretStr | None = None
     # Seconds the embedded broker's SCRAM gate gives a new connection to authenticate before closing it.
     kafka_gate_auth_deadline: float = 10.0
@@ -272,8 +340,11 @@ class Settings(BaseSettings):
     # Fault tests only: {"window.after_commit": 5} kills the process there (services/core/faults.py).
     crash_points: dict[str, int] = {}
 
+    # Seconds between refreshes of the memory-count gauges (by the leader alone: a Postgres count).
     gauge_refresh_seconds: float = 15.0
+    # Seconds between refreshes of each stage's consumer-lag and assigned-partition gauges.
     lag_refresh_seconds: float = 5.0
+    # Log level of memstream's stages and CLI (debug, info, warning, error).
     log_level: str = "info"
 
     @property
