@@ -63,7 +63,9 @@ SessionPath = Annotated[
 MemoryIdPath = Annotated[
     MemoryId, Path(description="Memory id (a UUID)", openapi_examples=_example("0e5c2d6e-7f1a-4c3b-9d2e-5a6b7c8d9e0f"))
 ]
-Limit = Annotated[int, Query(ge=1, le=1000, description="Most memories to return")]
+Limit = Annotated[
+    int, Query(ge=1, le=1000, description="Most memories to return (default: the MEMSTREAM_RECALL_TOP_K setting, 10)")
+]
 Offset = Annotated[
     int, Query(ge=0, le=MAX_OFFSET, description="Memories to skip, in the listing's order (oldest observed first)")
 ]
@@ -83,9 +85,19 @@ class RecallRequest(BaseModel):
     user_id: Identifier = Field(description="User whose memory is asked")
     query: QueryText = Field(description="What the assistant is about to answer; matched by meaning and by words")
     # Strict: "5", 5.0 and true are type errors, not quietly a number.
-    top_k: int = Field(default=10, ge=1, le=100, strict=True, description="Most memories to return")
+    top_k: int = Field(
+        default=10,
+        ge=1,
+        le=100,
+        strict=True,
+        description="Most memories to return (default: the MEMSTREAM_RECALL_TOP_K setting, 10)",
+    )
     token_budget: int = Field(
-        default=2_000, ge=1, le=64_000, strict=True, description="Tokens the `prompt` block may take"
+        default=2_000,
+        ge=1,
+        le=64_000,
+        strict=True,
+        description="Tokens the `prompt` block may take (default: the MEMSTREAM_RECALL_TOKEN_BUDGET setting, 2,000)",
     )
     session_id: Identifier | None = Field(
         default=None, description="The current session: its working window comes back as `working`"

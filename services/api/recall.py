@@ -114,7 +114,18 @@ def _window(session_id: str, row: dict[str, Any] | None) -> WorkingWindow | None
     )
 
 
+def with_defaults(req: RecallRequest, settings: Settings) -> RecallRequest:
+    """A request that left out `top_k` or `token_budget` takes the deployment's defaults (the settings)."""
+    unset = {
+        name: value
+        for name, value in (("top_k", settings.recall_top_k), ("token_budget", settings.recall_token_budget))
+        if name not in req.model_fields_set
+    }
+    return req.model_copy(update=unset) if unset else req
+
+
 async def recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: AccessMarks) -> RecallResponse:
+    req = with_defaults(req, rt.settings)
     with tracing.memory_operation(SEARCH_MEMORY, req.tenant_id) as span:
         if span.is_recording():
             span.set_attributes({GEN_AI_REQUEST_TOP_K: req.top_k, tracing.AS_OF: req.as_of is not None})

@@ -130,10 +130,10 @@ class Settings(BaseSettings):
     # Sentences an extractive episode summary keeps from the evicted turns.
     summary_max_sentences: int = 3
 
-    # Meant as recall's default top_k; not read today: a request without top_k gets 10 (services/api/models.py).
-    recall_top_k: int = 10
-    # Meant as recall's default token_budget; not read today: a request without one gets 2,000 (services/api/models.py).
-    recall_token_budget: int = 2_000
+    # Memories a recall returns when its request gives no `top_k` (a request may ask for 1-100).
+    recall_top_k: int = Field(10, ge=1, le=100)
+    # Tokens the recall's `prompt` block may take when the request gives no `token_budget` (1-64,000).
+    recall_token_budget: int = Field(2_000, ge=1, le=64_000)
     # Fused hits each recall ranks (at least 3 x top_k) before packing the answer; more finds lower-scored
     # hits that ranking lifts, at some cost per request.
     recall_candidates: int = 50
