@@ -52,8 +52,8 @@ async def events(rt: Runtime, tenant_id: str, user_id: str) -> AsyncIterator[byt
         fetch_max_wait_ms=max(settings.fetch_max_wait_ms, 100),
         **aiokafka_kwargs(settings),
     )
-    await consumer.start()
-    try:
+    try:  # started inside: a start cut short (a silent broker, a cancelled request) still stops it
+        await consumer.start()
         await consumer.topics()
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:

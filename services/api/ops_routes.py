@@ -60,8 +60,8 @@ async def newest(settings: Settings, topic: str, limit: int, within: float = 1.5
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False, **aiokafka_kwargs(settings)
     )
-    await consumer.start()
-    try:
+    try:  # started inside: a start cut short (a silent broker, a cancelled request) still stops it
+        await consumer.start()
         await consumer.topics()
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         if not tps:

@@ -85,8 +85,8 @@ async def read_topic(
         client_id=f"memstream-replay-{topic}",
         **aiokafka_kwargs(settings),
     )
-    await consumer.start()
-    try:
+    try:  # started inside: a start cut short (a silent broker, a cancelled request) still stops it
+        await consumer.start()
         await consumer.topics()  # fresh metadata
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:

@@ -104,9 +104,9 @@ async def read_to_end(
         max_partition_fetch_bytes=4 * 1024 * 1024,
         **aiokafka_kwargs(settings),
     )
-    await consumer.start()
     end = detector or EndDetector(settle=settle, idle=idle)
-    try:
+    try:  # started inside: a start cut short still stops it
+        await consumer.start()
         await consumer.topics()  # fetches the cluster's metadata, partitions included
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:
@@ -162,8 +162,8 @@ async def group_lag(settings: Settings, group: str, topic: str, within: float = 
         max_partition_fetch_bytes=1024,
         **aiokafka_kwargs(settings),
     )
-    await consumer.start()
-    try:
+    try:  # started inside: a start cut short (a silent broker, a cancelled request) still stops it
+        await consumer.start()
         await consumer.topics()
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         if not tps:

@@ -49,8 +49,8 @@ async def follow_topic(
         fetch_max_wait_ms=max(settings.fetch_max_wait_ms, 100),
         **aiokafka_kwargs(settings),
     )
-    await consumer.start()
-    try:
+    try:  # started inside: a start cut short (a silent broker, a cancelled request) still stops it
+        await consumer.start()
         await consumer.topics()  # the cluster's metadata, partitions included
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:

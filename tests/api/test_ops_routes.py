@@ -35,3 +35,17 @@ def test_the_console_is_served_without_a_key(api: LiveApi) -> None:
     assert "script-src 'self'" in page.headers["content-security-policy"]
     for asset in ("console.js", "console.css"):
         assert api.client.get(f"/console/{asset}", headers={"authorization": ""}).status_code == 200
+
+
+def test_admin_operations_answer_without_a_broker_and_leave_no_consumer_behind(api: LiveApi) -> None:
+    """A broker that never answers: lag is unknown or the request meets its deadline; either way a clear answer.
+
+    Consumers started for an abandoned request are stopped (the suite turns an unclosed one into an error).
+    """
+    for path in ("/v1/ops/lag", "/v1/ops/dlq"):
+        answer = api.client.get(path)
+        assert answer.status_code in (200, 503), (path, answer.text)
+        if answer.status_code == 200 and path.endswith("lag"):
+            assert all(stage["lag"] is None for stage in answer.json()["stages"])
+        if answer.status_code == 503:
+            assert answer.json()["error"]["code"] == "unavailable"
