@@ -4,7 +4,6 @@ at 375 px. Saves a screenshot to bench-results/console.png and prints each step'
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -122,10 +121,16 @@ def test_console_end_to_end(console_stack: Stack, browser: WebDriver) -> None:
         )
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(SCREENSHOT))
-        images = ROOT / "docs" / "images"
-        images.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(SCREENSHOT, images / "console.png")
         return widths
+
+    def operations() -> None:
+        browser.set_window_size(1200, 900)
+        browser.find_element(By.CSS_SELECTOR, "button[data-view=ops]").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "serving"), "Answering from generation default"))
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#lag tbody tr")) > 0)
+        stages = {row.text.split()[0] for row in browser.find_elements(By.CSS_SELECTOR, "#lag tbody tr")}
+        assert {"window", "embedder", "consolidator"} <= stages, stages
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#keys tbody tr")) > 0)
 
     steps.run("seed a memory", seed)
     steps.run("log in and open the user", login)
@@ -136,5 +141,8 @@ def test_console_end_to_end(console_stack: Stack, browser: WebDriver) -> None:
     assert not serious, [(v["id"], v["impact"], v["help"]) for v in serious]
     scroll, client = steps.run("375 px window", narrow)
     assert scroll <= client, f"horizontal scroll at 375 px: {scroll} > {client}"
+    steps.run("operations: generation, lag, keys", operations)
+    serious = steps.run("axe check, operations", accessibility)
+    assert not serious, [(v["id"], v["impact"], v["help"]) for v in serious]
     assert "memstream-key" not in browser.current_url
     print("total", f"{sum(t for _, t in steps.times):.2f}s")

@@ -251,6 +251,18 @@ async function refreshLag() {
   }
 }
 
+async function refreshServing() {
+  // /readyz answers 503 with the same body while a check fails: both are worth showing.
+  const response = await fetch(new URL("/readyz", window.location.origin));
+  const ready = await response.json();
+  const failing = Object.entries(ready.checks || {}).filter(([, ok]) => !ok).map(([name]) => name);
+  const rebuilding = Object.entries(ready.rebuilding || {})
+    .map(([name, lag]) => `${name} (lag ${lag === null ? "unknown" : lag})`).join(", ");
+  $("serving").textContent = `Answering from generation ${ready.generation}; `
+    + (failing.length ? `not ready: ${failing.join(", ")}` : "all checks ready")
+    + (rebuilding ? `; rebuilding: ${rebuilding}` : "; nothing rebuilding") + ".";
+}
+
 async function refreshDlq() {
   const found = await api("GET", "/v1/ops/dlq", { limit: 50 });
   const list = $("dlq");
@@ -291,7 +303,7 @@ async function createKey(event) {
 async function openOps() {
   stopLive();
   show("ops-view");
-  await Promise.allSettled([refreshKeys(), refreshLag(), refreshDlq()]);
+  await Promise.allSettled([refreshServing(), refreshKeys(), refreshLag(), refreshDlq()]);
 }
 
 function quietly(handler) { return (...args) => handler(...args).catch(() => {}); }
