@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import faust
@@ -115,7 +116,9 @@ async def test_recall_is_a_search_memory_span_with_no_user_text(
     monkeypatch.setattr(recall_module, "_recall", answered)
     query = "what tea does the user like?"
     req = RecallRequest(tenant_id="acme", user_id="u-42", query=query, top_k=5, session_id="s-1")
-    await recall_module.recall(cast(Any, None), req, cast(Any, None), cast(Any, None))
+    # Only the settings of the runtime are read before the (replaced) search: the request's defaults.
+    runtime = SimpleNamespace(settings=Settings())
+    await recall_module.recall(cast(Any, runtime), req, cast(Any, None), cast(Any, None))
     (span,) = named(spans, "search_memory")
     assert dict(span.attributes or {}) == {
         "gen_ai.operation.name": "search_memory",
