@@ -27,19 +27,37 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "services.cli", *args]
 
 
-def app_argv(settings: Settings) -> list[str]:
-    """The read service's process: every stage with one worker, else the index stage alone (the shard's owner)."""
-    return _cli("worker", "--with-api", *(("--stages", INDEX_STAGE) if settings.workers > 1 else ()))
+def app_argv(settings: Settings) -> list[str] | None:
+    """The app process: every stage with one worker, else the index stage alone (the shard's owner).
+
+    With read replicas (settings.read_replicas) the read service runs in them
+    (ops/embedded/replicas.py), so the app has no HTTP API: with one worker it
+    runs the stages, with more there is no app. Each replica feeds its own
+    embedded shard, so the index stage runs only for a Qdrant server.
+    """
+    if settings.read_replicas == 0:
+        return _cli("worker", "--with-api", *(("--stages", INDEX_STAGE) if settings.workers > 1 else ()))
+    if settings.workers > 1:
+        return None
+    return _cli("worker", "--stages", ",".join(worker_stages(settings)))
 
 
-def app_child(settings: Settings, log_dir: Path) -> Child:
-    return Child("app", app_argv(settings), log_dir, env=dict(os.environ))
+def worker_stages(settings: Settings) -> tuple[str, ...]:
+    """A stage worker's stages: all but the index, unless read replicas share a Qdrant server it must feed."""
+    if settings.read_replicas >= 1 and settings.qdrant_url is not None:
+        return STAGE_NAMES
+    return without(STAGE_NAMES, INDEX_STAGE)
+
+
+def app_child(settings: Settings, log_dir: Path) -> Child | None:
+    argv = app_argv(settings)
+    return None if argv is None else Child("app", argv, log_dir, env=dict(os.environ))
 
 
 def worker_child(settings: Settings, number: int, log_dir: Path) -> Child:
     """Worker `number` (1-based) of `settings.workers`: every stage but the index, metrics on a port of its own."""
     env = {**os.environ, "MEMSTREAM_WORKER_METRICS_PORT": str(settings.worker_metrics_port + number - 1)}
-    stages = ",".join(without(STAGE_NAMES, INDEX_STAGE))
+    stages = ",".join(worker_stages(settings))
     return Child(f"worker-{number}", _cli("worker", "--stages", stages), log_dir, env=env)
 
 

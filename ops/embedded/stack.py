@@ -7,7 +7,9 @@
 - PostgreSQL with pgvector, data in `pg/` (ops/embedded/postgres.py),
 - topics from topics.yaml,
 - the app and its workers (ops/embedded/app.py), and a worker for each
-  generation that is ready or serving.
+  generation that is ready or serving,
+- with MEMSTREAM_READ_REPLICAS=N, N read replicas on the HTTP port
+  (ops/embedded/replicas.py) instead of the read service in the app.
 The app and the workers are restarted after a backoff if they die; the
 broker, its store and Postgres at once. SIGINT/SIGTERM stop everything,
 children included (ops/embedded/supervision.py).
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from ops.embedded.app import app_child, followed_generations, generation_worker_child, worker_child
 from ops.embedded.broker import EmbeddedKafka
 from ops.embedded.postgres import start_postgres
+from ops.embedded.replicas import Replicas
 from ops.embedded.supervision import Child, RestartPolicy, host_port, port_busy, stop_on_signals
 from services.core.config import Settings
 from services.core.errors import StackError
@@ -41,6 +44,7 @@ class EmbeddedStack:
         self.own = RestartPolicy(self.run_dir)
         self.app: Child | None = None
         self.workers: dict[int, Child] = {}
+        self.replicas = Replicas(settings, settings.read_replicas, self.own, self.log_dir)
         self.generation_workers: dict[str, Child] = {}
         self._generations_checked = 0.0
         self._stopping = False
@@ -65,14 +69,18 @@ class EmbeddedStack:
 
     def start_app(self) -> None:
         self.app = app_child(self.settings, self.log_dir)
-        self.own.start(self.app)
+        if self.app is not None:
+            self.own.start(self.app)
+        if self.replicas.count and not self.replicas.children:
+            self.replicas.settings = self.settings
+            self.replicas.start_all()
 
     def start_worker(self, number: int) -> None:
         self.workers[number] = worker_child(self.settings, number, self.log_dir)
         self.own.start(self.workers[number])
 
     def start_workers(self) -> None:
-        """Workers 1..N when MEMSTREAM_WORKERS > 1 (with one, the app runs every stage)."""
+        """Workers 1..N when MEMSTREAM_WORKERS > 1 (with one, the app runs the stages)."""
         if self.settings.workers > 1:
             for number in range(1, self.settings.workers + 1):
                 self.start_worker(number)
@@ -131,6 +139,8 @@ class EmbeddedStack:
                         return 1
             if self.app is not None:
                 self._restart_when_due(self.app, self.start_app)
+            if not self._stopping:
+                self.replicas.restart_dead()
             for number, worker in list(self.workers.items()):
                 self._restart_when_due(worker, functools.partial(self.start_worker, number))
             if not self._stopping:
@@ -139,6 +149,7 @@ class EmbeddedStack:
 
     def stop(self) -> None:
         self._stopping = True
+        self.replicas.stop()
         for worker in [*self.workers.values(), *self.generation_workers.values()]:
             worker.stop(signal.SIGTERM)
         if self.app is not None:

@@ -25,7 +25,7 @@ from services.api.access import AccessMarks, kafka_producer
 from services.api.auth import install as install_auth
 from services.api.change_stream import change_router
 from services.api.command_routes import command_router
-from services.api.command_submit import CommandSubmitter
+from services.api.command_submit import CommandSubmitter, PeersReached
 from services.api.health import Readiness
 from services.api.ingest import router as ingest_router
 from services.api.jsonbody import StrictJsonRoute
@@ -70,9 +70,12 @@ class ConsoleFiles(StaticFiles):
         return response
 
 
-def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = None) -> FastAPI:
+def create_app(
+    rt: Runtime, readiness: Readiness, marks: AccessMarks | None = None, peers: PeersReached | None = None
+) -> FastAPI:
     """`marks` defaults to a Kafka producer on `memory.commands`, started by the first recall, one window of
-    marks every `access_flush_seconds`.
+    marks every `access_flush_seconds`. `peers`: on a read replica, what `?wait=true` also waits for
+    (services/api/replica.py).
 
     It stops with the app's lifespan when the server runs one; with
     `lifespan="off"` its task ends with the event loop (marks are best effort).
@@ -82,7 +85,7 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     # The commands stage's bookkeeping, read by the routes (what a user holds) and by `?wait=true`.
     command_store = CommandStore()
     # One producer on memory.commands for every command route (commands, import), started by the first command.
-    commands = CommandSubmitter(rt, command_store)
+    commands = CommandSubmitter(rt, command_store, peers)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -107,7 +110,7 @@ def create_app(rt: Runtime, readiness: Readiness, marks: AccessMarks | None = No
     )
     app.add_middleware(BodyLimit, max_bytes=settings.http_max_body_bytes)
     app.add_middleware(KeyFirst, gate=gate, seconds=settings.http_request_timeout)
-    app.add_middleware(RequestContext)
+    app.add_middleware(RequestContext, replica=settings.replica_name)
     weights = Weights.from_settings(settings)
     app.include_router(ingest_router(settings))
     app.include_router(command_router(rt, commands, command_store))

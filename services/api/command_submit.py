@@ -4,7 +4,9 @@ A command is produced to `memory.commands` and applied by the consolidator's
 commands stage, in order with the user's other commands. The answer is 202
 with the command id once the broker has it; `?wait=true` answers 200 once the
 change shows in Postgres and the recall index (services/api/command_log.py),
-so a client can read its own write. A waiting request's deadline is
+so a client can read its own write; on a read replica, once every other
+serving replica has applied it too, so the client's next read may reach
+any of them. A waiting request's deadline is
 MEMSTREAM_HTTP_REQUEST_TIMEOUT plus MEMSTREAM_COMMAND_WAIT_TIMEOUT
 (services.api.limits.request_budget); a wait that runs out answers 202.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypedDict
@@ -93,13 +95,18 @@ async def command_target(
 Target = Annotated[CommandTarget, Depends(command_target)]
 
 
+# `seconds` -> whether every other read replica holds what this one does (services/api/replica.py).
+PeersReached = Callable[[float], Awaitable[bool]]
+
+
 class CommandSubmitter:
     """Produces a route's commands and builds its answer; one producer for every command route of the app."""
 
-    def __init__(self, rt: Runtime, store: CommandStore) -> None:
+    def __init__(self, rt: Runtime, store: CommandStore, peers: PeersReached | None = None) -> None:
         self._rt = rt
         self._store = store  # where the commands stage records what each command changed
         self._log = CommandLog(rt.settings)
+        self._peers = peers
 
     async def submit(
         self,
@@ -134,6 +141,9 @@ class CommandSubmitter:
             seconds=min(settings.command_wait_timeout, left - (time.monotonic() - target.started)),
         )
         if changes is None:
+            return receipt
+        # On a read replica, 200 means any replica answers with the change: the others must have applied it too.
+        if self._peers is not None and not await self._peers(left - (time.monotonic() - target.started)):
             return receipt
         target.response.status_code = 200
         return receipt.model_copy(

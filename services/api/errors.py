@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_ID_KEY = "memstream.request_id"
 REQUEST_ID_HEADER = "x-request-id"
+REPLICA_HEADER = "x-memstream-replica"
 # What a client should wait before retrying after a 503: about one store
 # connect/pool timeout, so the retry meets a store that had time to come back.
 RETRY_AFTER_SECONDS = 2

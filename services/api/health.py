@@ -45,6 +45,9 @@ class Readiness:
             "postgres": lambda: self._rt.pg.ping(),
             "qdrant": lambda: self._rt.index.ping(),
         }
+        if serving is not None and serving.replica is not None:
+            # A read replica is ready once its own index has caught up with the log (services/api/replica.py).
+            self._probes["index_replica"] = serving.replica_ready
         self._running: dict[str, asyncio.Task[bool]] = {}
 
     def report(self) -> dict[str, Any]:

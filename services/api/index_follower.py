@@ -71,7 +71,7 @@ async def follow_index(rt: Runtime, scoped: Settings, *, max_delay: float = 30.0
 
 
 async def _follow(rt: Runtime, scoped: Settings, max_delay: float) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import AIOKafkaConsumer
 
     gen = generations.of(scoped)
     consumer = AIOKafkaConsumer(
@@ -84,13 +84,7 @@ async def _follow(rt: Runtime, scoped: Settings, max_delay: float) -> None:
         fetch_max_wait_ms=scoped.fetch_max_wait_ms,
         **aiokafka_kwargs(scoped),
     )
-    # memory.dlq's producer, as the stages': every replica acknowledges a dead letter before the commit.
-    producer = AIOKafkaProducer(
-        bootstrap_servers=scoped.kafka_bootstrap,
-        acks="all",
-        max_request_size=scoped.max_message_bytes + 64 * 1024,
-        **aiokafka_kwargs(scoped),
-    )
+    producer = dlq_producer(scoped)
     # Both are stopped whatever happens, a failed start() included: aiokafka keeps a started
     # client's connections open until stop(), and a client that never started still holds its loop.
     try:
@@ -109,6 +103,18 @@ async def _follow(rt: Runtime, scoped: Settings, max_delay: float) -> None:
     finally:
         await producer.stop()
         await consumer.stop()
+
+
+def dlq_producer(scoped: Settings) -> Any:
+    """memory.dlq's producer, as the stages': every broker replica acknowledges a dead letter before the commit."""
+    from aiokafka import AIOKafkaProducer
+
+    return AIOKafkaProducer(
+        bootstrap_servers=scoped.kafka_bootstrap,
+        acks="all",
+        max_request_size=scoped.max_message_bytes + 64 * 1024,
+        **aiokafka_kwargs(scoped),
+    )
 
 
 class Follower:

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from services.api.auth import AuthGate, protected
 from services.api.errors import (
     INTERNAL,
+    REPLICA_HEADER,
     REQUEST_ID_HEADER,
     REQUEST_ID_KEY,
     UNAVAILABLE,
@@ -51,8 +52,10 @@ class RequestContext:
     can follow a request across services; anything else is replaced.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, replica: str | None = None) -> None:
         self.app = app
+        # A read replica names itself on every answer: replicas share a port, and an operator must know which spoke.
+        self._extra = [] if replica is None else [(REPLICA_HEADER.encode(), replica.encode())]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,7 +70,7 @@ class RequestContext:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                headers = [*message.get("headers", ()), (REQUEST_ID_HEADER.encode(), rid.encode())]
+                headers = [*message.get("headers", ()), (REQUEST_ID_HEADER.encode(), rid.encode()), *self._extra]
                 message = {**message, "headers": headers}
             await send(message)
 

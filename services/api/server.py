@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from typing import Any
 
 import uvicorn
@@ -108,3 +109,19 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
         **overrides,
     }
     return uvicorn.Config(app, **options)
+
+
+def shared_port(host: str, port: int) -> socket.socket:
+    """A listening socket other processes may bind too (SO_REUSEPORT): the kernel spreads connections over them.
+
+    Read replicas (services/api/replica.py) each bind one; a replica that
+    dies takes only its own listener (and its connections) with it.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock

@@ -30,11 +30,24 @@ def _stages(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _cmd_serve(settings: Settings, _: argparse.Namespace) -> int:
+def _cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    """One read service, or (with --replicas N or MEMSTREAM_READ_REPLICAS) N replicas supervised by this process."""
+    count = settings.read_replicas if args.replicas is None else args.replicas
+    if settings.replica is None and count >= 1:
+        from ops.embedded.replicas import run
+
+        return run(settings.model_copy(update={"read_replicas": count}), count)
     from services.process.runner import run_api
 
     run_api(settings)
     return 0
+
+
+def _replica_count(text: str) -> int:
+    count = int(text)
+    if not 0 <= count <= 16:
+        raise argparse.ArgumentTypeError("--replicas takes 0 to 16")
+    return count
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,4 +65,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         " consolidator, qdrant_sink (default: all)",
     )
     worker.set_defaults(func=_cmd_worker)
-    sub.add_parser("serve", help="run the read service alone").set_defaults(func=_cmd_serve)
+    serve = sub.add_parser("serve", help="run the read service alone, or N read replicas on one port")
+    serve.add_argument(
+        "--replicas",
+        type=_replica_count,
+        default=None,
+        help="read-service processes sharing the HTTP port, each with its own index fed from memory.changes"
+        " (default: MEMSTREAM_READ_REPLICAS; 0 = one process, no replica index)",
+    )
+    serve.set_defaults(func=_cmd_serve)

@@ -319,6 +319,15 @@ class Settings(BaseSettings):
     # and N processes running every other stage, each stage one consumer group shared by the N.
     # Worker i (1-based) serves its metrics on worker_metrics_port + i - 1.
     workers: int = Field(1, ge=1, le=16)
+    # Read replicas `memstream up` runs (and `memstream serve` without --replicas). 0: the read service lives
+    # in the app process and shares the index stage's Qdrant Edge shard. N >= 1: N read-service processes on
+    # one port (SO_REUSEPORT), each with its own shard fed from memory.changes (services/api/replica.py), and
+    # the stages in worker processes. With a Qdrant server the replicas share its collection instead.
+    read_replicas: int = Field(0, ge=0, le=16)
+    # Set by `memstream serve --replicas N` for each of its processes: this one is replica i (1-based).
+    replica: int | None = Field(None, ge=1, le=16)
+    # Seconds after which a replica that has not reported its position is no longer waited for by ?wait=true.
+    replica_stale_seconds: float = Field(10.0, gt=0)
 
     # --- a durable embedded log (ops/embedded/broker.py, ops/s3store.py) ---
     # Where `memstream up`'s tansu keeps topics and consumer offsets. s3: files under data_dir/kafka, served by
@@ -348,8 +357,17 @@ class Settings(BaseSettings):
     log_level: str = "info"
 
     @property
+    def shard_root(self) -> Path:
+        """Where this process's Qdrant Edge shards live: a read replica keeps its own beside the others."""
+        return self.data_dir if self.replica is None else self.data_dir / "replicas" / f"r{self.replica}"
+
+    @property
+    def replica_name(self) -> str | None:
+        return None if self.replica is None else f"r{self.replica}"
+
+    @property
     def qdrant_path(self) -> Path:
-        return self.qdrant_dir or self.data_dir / "qdrant"
+        return self.qdrant_dir or self.shard_root / "qdrant"
 
     @property
     def pg_data(self) -> Path:

@@ -150,6 +150,6 @@ def scoped(settings: Settings, name: str | None = None) -> Settings:
             "app_id": gen.app_id(settings.app_id),
             "pg_dsn": gen.dsn(settings.pg_dsn),
             "qdrant_collection": gen.collection(settings.qdrant_collection),
-            "qdrant_dir": gen.shard_dir(settings.data_dir),
+            "qdrant_dir": gen.shard_dir(settings.shard_root),
         }
     )

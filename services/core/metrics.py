@@ -70,6 +70,15 @@ GENERATION_SERVING = Gauge(
     "1 for the generation the read service answers from, 0 for the others",
     ["generation"],
 )
+# Read replicas (services/api/replica.py): each process exports every replica's lag, as the others report it.
+REPLICA_LAG = Gauge(
+    "memstream_replica_lag_messages",
+    "Messages of memory.changes a read replica has yet to apply to its own index",
+    ["replica", "generation"],
+)
+REPLICA_REPORT_AGE = Gauge(
+    "memstream_replica_report_age_seconds", "Seconds since a read replica last reported its position", ["replica"]
+)
 GENERATION_LAG = Gauge(
     "memstream_generation_rebuild_lag_messages",
     "Messages a generation being rebuilt has yet to process, over all its stages",

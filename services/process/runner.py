@@ -21,7 +21,7 @@ import uvloop
 from prometheus_client import start_http_server
 
 from agents.app import build_apps
-from services.api.server import server_config
+from services.api.server import server_config, shared_port
 from services.api.serving import read_service
 from services.core import tracing
 from services.core.config import Settings
@@ -166,17 +166,30 @@ def run_worker(settings: Settings, *, with_api: bool, stages: Sequence[str] = ST
 
 
 def run_api(settings: Settings) -> None:
+    """The read service alone; as read replica `settings.replica`, on its own index and a port it shares.
+
+    A replica listens only once its index has caught up with the log
+    (services/api/replica.py): until then the kernel hands every connection
+    to the replicas that are serving.
+    """
+
     async def main() -> None:
+        fresh = not settings.qdrant_path.exists()  # before start() creates the shard
         runtime = Runtime.create(settings)
         await runtime.start()
         api, serving = read_service(runtime)
-        _tune_interpreter(settings)
-        server = uvicorn.Server(server_config(api, settings))
         follower = asyncio.create_task(serving.follow(settings.generation_refresh_seconds))
         try:
-            await server.serve()
+            sockets = None
+            if settings.replica is not None:
+                await serving.start_replica(fresh=fresh)
+                sockets = [shared_port(settings.http_host, settings.http_port)]
+            _tune_interpreter(settings)
+            server = uvicorn.Server(server_config(api, settings))
+            await server.serve(sockets=sockets)
         finally:
             follower.cancel()
+            await serving.stop()
             await runtime.stop()
 
     _use_uvloop()
