@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test test-fast check fmt install lock schemas dashboard bench bench-locomo bench-log clean docs
+.PHONY: up test test-fast check fmt install lock schemas dashboard bench bench-locomo bench-log bench-replicas clean docs
 
 # Every package at the version in requirements.lock (pinned, hashed; main + dev
 # dependencies), then memstream itself on top without resolving anything.
@@ -83,3 +83,8 @@ bench-locomo: $(STAMP)
 # tail latency, keeper time, replay rate, disk under retention; bench-results/log.json.
 bench-log: $(STAMP)
 	$(BIN)/python -m tests.bench.log
+
+# Recall with 1, 2 and 3 read replicas over 100,000 memories, CPU per recall, freshness under 8-client
+# read load (~20 min); bench-results/bench-replicas.json.
+bench-replicas: $(STAMP)
+	$(BIN)/python -m tests.bench.replicas

@@ -279,6 +279,18 @@ class History(BaseModel):
     chain: list[MemoryRecord] = Field(description="Every version linked to it by supersession or merge, oldest first")
 
 
+class ReplicaLag(BaseModel):
+    lag: int = Field(description="Messages of memory.changes the replica had yet to apply when it last reported")
+    report_age_seconds: float = Field(description="Seconds since it last reported")
+
+
+class ReplicaStatus(BaseModel):
+    name: str = Field(description="The replica that answered (also in the `x-memstream-replica` header)")
+    lag: int | None = Field(description="Messages of memory.changes its own index has yet to apply")
+    caught_up: bool = Field(description="Its index has caught up with the log once (it serves only then)")
+    replicas: dict[str, ReplicaLag] = Field(description="Every replica of this generation, as each last reported")
+
+
 class ReadyStatus(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"ready": True, "checks": {"kafka": True, "postgres": True, "qdrant": True}}]}
@@ -289,6 +301,9 @@ class ReadyStatus(BaseModel):
     generation: str = Field(default="default", description="The generation of memory this read service answers from")
     rebuilding: dict[str, int | None] = Field(
         default_factory=dict, description="Generations being rebuilt, with the messages each has yet to process"
+    )
+    replica: ReplicaStatus | None = Field(
+        default=None, description="On a read replica (`memstream serve --replicas N`): its index's lag, and the others'"
     )
 
 

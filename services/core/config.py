@@ -326,6 +326,9 @@ class Settings(BaseSettings):
     read_replicas: int = Field(0, ge=0, le=16)
     # Set by `memstream serve --replicas N` for each of its processes: this one is replica i (1-based).
     replica: int | None = Field(None, ge=1, le=16)
+    # Niceness a read replica adds to itself: when reads and ingest compete for the cores, the stages (and so
+    # freshness) come first, and recall takes what they leave. 0: equal shares.
+    read_replica_nice: int = Field(10, ge=0, le=19)
     # Seconds after which a replica that has not reported its position is no longer waited for by ?wait=true.
     replica_stale_seconds: float = Field(10.0, gt=0)
 

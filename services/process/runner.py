@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import sys
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
@@ -182,6 +183,7 @@ def run_api(settings: Settings) -> None:
         try:
             sockets = None
             if settings.replica is not None:
+                os.nice(settings.read_replica_nice)
                 await serving.start_replica(fresh=fresh)
                 sockets = [shared_port(settings.http_host, settings.http_port)]
             _tune_interpreter(settings)
