@@ -189,6 +189,14 @@ class Peers:
                 self._table_ready = True
             return await positions_table.listing(conn, generation)
 
+    async def leave(self, name: str) -> None:
+        """Best effort: a replica stopping while Postgres is down stays listed, and goes stale."""
+        try:
+            async with self._rt.pg.connection("replica leaves") as conn:
+                await positions_table.forget(conn, name)
+        except StoreError as exc:
+            log.info("replica %s still listed in read_replicas: %s", name, exc)
+
     async def export(self, generation: str) -> list[positions_table.Position]:
         """Every replica's lag as a metric (whichever replica is scraped) and for /readyz."""
         rows = await self.listing(generation)

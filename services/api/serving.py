@@ -125,6 +125,8 @@ class ServingGeneration:
     async def stop(self) -> None:
         for name in list(self._feeding):
             await self._stop_feeding(name)
+        if self.replica is not None:
+            await self._peers.leave(self.replica)
 
     async def refresh(self) -> None:
         # The registry lives in public: the process's own pool reaches it whatever serves.

@@ -61,7 +61,10 @@ def _cmd_index(settings: Settings, _: argparse.Namespace) -> int:
         else:
             require_stack_stopped(settings)
             with postgres_for_rebuild(settings) as reachable:
-                tally = asyncio.run(run(reachable))
+                # With read replicas each keeps its own shard (services/api/replica.py): every one is rebuilt.
+                shards = [reachable.model_copy(update={"replica": n}) for n in range(1, settings.read_replicas + 1)]
+                for shard in shards or [reachable]:
+                    tally = asyncio.run(run(shard))
     except StackError as exc:
         print(f"rebuild index: {exc}", file=sys.stderr)
         return 1

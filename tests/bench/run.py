@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from services.embedding import MiniLmEmbedder
 from tests.bench import auth_check, pipeline, recall_load, scaling, tracing_cost
 from tests.bench import rebuild as rebuild_bench
 from tests.bench.corpus import conversations
-from tests.bench.probe import peak_rss_mib
+from tests.bench.probe import peak_rss_mib, scrape
 from tests.stack import Stack, embedded_stack, stack_settings
 
 RESULTS = Path("bench-results")
@@ -86,7 +88,12 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
         120,
         lambda o: pipeline.turn_to_recall(url, kafka, plan.idle_tries, o, headers=headers),
     )
+    embedded_before = await _embedder_totals(url)
     await _stage(results, "throughput", 300, lambda o: pipeline.replay(stack_settings(stack), corpus, o))
+    embedded_after = await _embedder_totals(url)
+    results["ingest_efficiency"] = ingest_efficiency(
+        {k: embedded_after[k] - embedded_before[k] for k in embedded_after}, results["throughput"], results["embedder"]
+    )
     # Offered at min(20, 0.4 x the throughput just measured): the goal is about a pipeline under half load.
     measured = results["throughput"].get("turns_per_s")
     rate = min(plan.fresh_rate, 0.4 * measured) if measured else plan.fresh_rate
@@ -112,12 +119,72 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
         2.5 * plan.load_seconds + 90,
         lambda o: recall_load.recall_figures(url, plan.load_users, plan.clients, plan.load_seconds, o, headers=headers),
     )
+    # Freshness while `clients` clients recall without pause over the seeded store (read path, no marks).
+    await _stage(
+        results,
+        "freshness_under_load",
+        plan.fresh_seconds + 120,
+        lambda o: freshness_under_load(stack, plan, rate, o),
+    )
     # Rebuild rates over the seeded memories: the index from Postgres, the store from memory.changes.
     await _stage(results, "rebuild_index", 600, lambda o: rebuild_bench.index(stack_settings(stack), o))
     await _stage(results, "rebuild_store", 900, lambda o: rebuild_bench.store(stack_settings(stack), o))
     await _stage(results, "auth_check", 120, lambda o: auth_check.measure(stack_settings(stack), stack.api_key, o))
     results["auth"] = auth_summary(results)
     results["peak_rss_mib"] = {"app (worker + read service, one process)": peak_rss_mib(stack.app_pid())}
+
+
+async def freshness_under_load(stack: Stack, plan: Plan, rate: float, out: dict[str, Any]) -> None:
+    loaded: dict[str, Any] = {}
+    await asyncio.gather(
+        recall_load.load(
+            stack.base_url,
+            plan.load_users,
+            plan.clients,
+            plan.fresh_seconds + 5,
+            loaded,
+            headers=stack.headers,
+            record_access=False,
+        ),
+        pipeline.freshness(stack_settings(stack), stack.base_url, rate, plan.fresh_seconds, out, headers=stack.headers),
+    )
+    out.update({f"recall_{k}_ms": loaded[k] * 1000 for k in ("p50", "p95") if k in loaded})
+    out["recall_requests_per_s"] = loaded.get("requests_per_s")
+
+
+async def _embedder_totals(url: str) -> dict[str, float]:
+    """Texts the stack's model has embedded so far (cache misses), and the seconds it spent on them."""
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        return {
+            "texts": sum(v for _, v in await scrape(client, "memstream_embedder_texts_total")),
+            "busy": sum(v for _, v in await scrape(client, "memstream_embedder_busy_seconds_total")),
+        }
+
+
+def ingest_efficiency(
+    embedded: dict[str, float], throughput: dict[str, Any], embedder: dict[str, Any]
+) -> dict[str, Any]:
+    """Texts the pipeline embedded per second of the replay, against the bare model on the same turn texts.
+
+    A user turn embeds more than one text (its exchange, its context), so
+    turns/s against texts/s understates what the pipeline keeps of the model.
+    The model's busy share of the replay, and its rate while busy, say where
+    the rest went: a model slower while busy shares the cores; one idle part
+    of the time waits for the stages around it.
+    """
+    seconds, bare, texts = throughput.get("seconds"), embedder.get("texts_per_s"), embedded["texts"]
+    if not seconds or not bare or not texts:
+        return {}
+    per_s = texts / seconds
+    return {
+        "texts_embedded": int(texts),
+        "texts_per_turn": texts / max(throughput.get("covered") or 1, 1),
+        "pipeline_texts_per_s": per_s,
+        "bare_texts_per_s": bare,
+        "ratio": per_s / bare,
+        "model_busy_share": embedded["busy"] / seconds,
+        "texts_per_busy_s": texts / embedded["busy"] if embedded["busy"] else None,
+    }
 
 
 def auth_summary(results: dict[str, Any]) -> dict[str, Any]:

@@ -75,3 +75,7 @@ async def test_wait_for_peers_ends_when_every_live_peer_is_as_far(pool: PgPool, 
     assert await peers.wait_reached(own, 0.5) is True
     exported = {p.name: p.lag for p in await peers.export("default")}
     assert exported == {"r2": 0, "r3": 0}
+
+    # A replica that stops cleanly is no longer listed (nor waited for).
+    await peers.leave("r3")
+    assert [p.name for p in await peers.listing("default")] == ["r2"]

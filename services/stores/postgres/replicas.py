@@ -56,6 +56,11 @@ async def report(conn: Conn, name: str, generation: str, positions: dict[int, in
     )
 
 
+async def forget(conn: Conn, name: str) -> None:
+    """A replica that stops cleanly leaves the table: nobody waits for it, and /readyz no longer lists it."""
+    await conn.execute("DELETE FROM public.read_replicas WHERE name = %s", (name,))
+
+
 async def listing(conn: Conn, generation: str) -> list[Position]:
     cur = await conn.execute(
         """SELECT name, positions, lag, extract(epoch FROM now() - updated_at) AS age
