@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from tests.e2e.test_faults import fresh_stack
-from tests.stack import Stack, produce, turn, user_path, wait_for
+from tests.stack import Stack, produce, run_cli, turn, user_path, wait_for
 
 pytestmark = pytest.mark.e2e
 TENANT = "replica-acme"
@@ -131,3 +131,17 @@ async def test_replicas_share_a_port_and_each_serve_every_write(replicas_stack: 
         120,
         "replica 2 refilled from the log",
     )
+
+    # A rebuilt generation: each replica fills its own copy of its index, then switches to it.
+    rebuilt = run_cli(stack.env, "rebuild", "generation", "v2", "--from", "archive")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert run_cli(stack.env, "generation", "switch", "v2").returncode == 0
+    wait_for(
+        lambda: {r.json()["generation"] for r in by_replica(stack, lambda c: c.get("/readyz")).values()} == {"v2"},
+        120,
+        "both replicas on generation v2",
+    )
+    for n in REPLICAS:
+        assert (stack.data_dir / "replicas" / n / "generations" / "v2" / "qdrant").is_dir()
+    wait_for(lambda: everywhere(stack, user, "what pet does the user have?", "iguana"), 60, "v2 on both")
+    assert everywhere(stack, user, "which seat does the user prefer on trains?", "window seats")
