@@ -71,19 +71,9 @@ async def follow_index(rt: Runtime, scoped: Settings, *, max_delay: float = 30.0
 
 
 async def _follow(rt: Runtime, scoped: Settings, max_delay: float) -> None:
-    from aiokafka import AIOKafkaConsumer
-
     gen = generations.of(scoped)
-    consumer = AIOKafkaConsumer(
-        gen.topic("changes"),
-        bootstrap_servers=scoped.kafka_bootstrap,
-        group_id=group_id(scoped.app_id, INDEX_STAGE),
-        client_id=f"memstream-{STAGE}-{gen.name}",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=scoped.fetch_max_wait_ms,
-        **aiokafka_kwargs(scoped),
-    )
+    consumer = changes_consumer(scoped, group_id(scoped.app_id, INDEX_STAGE), f"{STAGE}-{gen.name}")
+    consumer.subscribe([gen.topic("changes")])
     producer = dlq_producer(scoped)
     # Both are stopped whatever happens, a failed start() included: aiokafka keeps a started
     # client's connections open until stop(), and a client that never started still holds its loop.
@@ -103,6 +93,21 @@ async def _follow(rt: Runtime, scoped: Settings, max_delay: float) -> None:
     finally:
         await producer.stop()
         await consumer.stop()
+
+
+def changes_consumer(scoped: Settings, group: str, name: str) -> Any:
+    """A consumer of a generation's changes that commits by hand, after the index has each batch."""
+    from aiokafka import AIOKafkaConsumer
+
+    return AIOKafkaConsumer(
+        bootstrap_servers=scoped.kafka_bootstrap,
+        group_id=group,
+        client_id=f"memstream-{name}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=scoped.fetch_max_wait_ms,
+        **aiokafka_kwargs(scoped),
+    )
 
 
 def dlq_producer(scoped: Settings) -> Any:

@@ -31,11 +31,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.api.index_follower import Follower, dlq_producer
+from services.api.index_follower import Follower, changes_consumer, dlq_producer
 from services.core import generations, metrics
 from services.core.config import Settings
 from services.core.errors import StoreError
-from services.core.kafka_auth import aiokafka_kwargs
 from services.core.stages import INDEX_STAGE, group_id
 from services.runtime import Runtime
 from services.stores.postgres import replicas as positions_table
@@ -99,18 +98,10 @@ class ReplicaFeed:
                 await asyncio.sleep(2.0)
 
     async def _consume(self) -> None:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import TopicPartition
 
         scoped, topic = self._scoped, generations.of(self._scoped).topic("changes")
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=scoped.kafka_bootstrap,
-            group_id=replica_group(scoped, self.state.name),
-            client_id=f"memstream-{STAGE}-{self.state.name}",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=scoped.fetch_max_wait_ms,
-            **aiokafka_kwargs(scoped),
-        )
+        consumer = changes_consumer(scoped, replica_group(scoped, self.state.name), f"{STAGE}-{self.state.name}")
         producer = dlq_producer(scoped)
         try:
             await consumer.start()
