@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test test-fast check fmt install lock schemas dashboard bench bench-locomo bench-log bench-replicas clean docs
+.PHONY: up test test-fast check fmt install lock schemas dashboard bench bench-locomo bench-log bench-replicas bench-scale bench-soak clean docs
 
 # Every package at the version in requirements.lock (pinned, hashed; main + dev
 # dependencies), then memstream itself on top without resolving anything.
@@ -88,3 +88,13 @@ bench-log: $(STAMP)
 # read load (~20 min); bench-results/bench-replicas.json.
 bench-replicas: $(STAMP)
 	$(BIN)/python -m tests.bench.replicas
+
+# A million memories over 10,000 users (< 60 min): recall at 1 and 8 clients, peak RSS, disk, index rebuild
+# rate, restart to /readyz; bench-results/bench-scale.json.
+bench-scale: $(STAMP)
+	$(BIN)/python -m tests.bench.scale
+
+# An hour at 20 turns/s with 4 recall clients: RSS, freshness, lag and errors per minute, lost turns;
+# bench-results/bench-soak.json and bench-soak.png.
+bench-soak: $(STAMP)
+	$(BIN)/python -m tests.bench.soak
