@@ -115,6 +115,7 @@ async def freshness(
     probe_every: int = 4,
     *,
     headers: Mapping[str, str],
+    timeline: list[dict[str, Any]] | None = None,
 ) -> None:
     """Steady `rate` user turns/s; every `probe_every`-th timed from produce until recallable over HTTP.
 
@@ -123,17 +124,22 @@ async def freshness(
     that grew with the lag it measured (at 20 turns/s, a third of the app's
     CPU went to the probes' recalls and freshness ran away to 12 s). The
     figure is still produce -> recalled over HTTP; the change only says when
-    asking is worth it.
+    asking is worth it. `timeline`, if given, gets one entry per probe: when
+    its token, when it was produced (`at`, seconds into the stage; `produced_at`, epoch
+    seconds), when its change arrived and when it was recalled (seconds after
+    produce; absent if it never was).
     """
     run = uuid.uuid4().hex[:6]
     rng = random.Random(13)
     samples: list[float] = []
     misses = 0
     written: dict[str, asyncio.Event] = {}
+    arrived: dict[str, float] = {}
 
-    def on_change(change: dict[str, Any], _arrival: float) -> None:
+    def on_change(change: dict[str, Any], arrival: float) -> None:
         text = str(change.get("record", {}).get("text", ""))
         for token in re.findall(rf"zq{run}x\d+", text):
+            arrived.setdefault(token, arrival)
             written.setdefault(token, asyncio.Event()).set()
 
     async def probe(user: str, text: str, token: str, started: float) -> None:
@@ -147,6 +153,14 @@ async def freshness(
         else:
             samples.append(took)
         out.update(n=len(samples), misses=misses, **percentiles(samples))
+        if timeline is not None:
+            entry: dict[str, Any] = {"token": token, "at": started - t0}
+            entry["produced_at"] = time.time() - (time.perf_counter() - started)
+            if token in arrived:
+                entry["change"] = arrived[token] - started
+            if took is not None:
+                entry["recalled"] = took
+            timeline.append(entry)
 
     limits = httpx.Limits(max_connections=64)
     async with (
