@@ -84,8 +84,8 @@ def growth_window(minutes: int) -> int:
 def rss_growth(series: Sequence[Mapping[str, float]], window: int) -> dict[str, float]:
     """Per process, (RSS at the end - RSS `window` minutes before) / the latter; processes missing at either end
     are left out (a restarted process shows under the same name, so a restart is visible as a jump)."""
-    if not series:
-        return {}
+    if len(series) < 2:
+        return {}  # one minute shows no growth: not measured
     start, end = series[max(0, len(series) - 1 - window)], series[-1]
     return {name: (end[name] - start[name]) / start[name] for name in end if start.get(name)}
 
@@ -398,6 +398,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     minutes = results["minutes"]
     xs = [m["minute"] for m in minutes]
@@ -405,7 +406,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     rss, fresh, lag, errors = axes
     for name in sorted({n for m in minutes for n in m["rss_mib"]}):
         rss.plot(xs, [m["rss_mib"].get(name) for m in minutes], label=name)
-    rss.set_ylabel("RSS (MiB)")
+    rss.set_yscale("log")  # 5 MiB helpers beside a 1 GiB app: growth shows as slope on every line
+    rss.set_ylabel("RSS (MiB, log)")
     rss.legend(fontsize="x-small", ncol=3)
     for key in ("p50", "p99"):
         fresh.plot(xs, [m["freshness"].get(key) for m in minutes], marker=".", label=f"freshness {key}")
@@ -420,6 +422,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         errors.plot(xs, [m["errors"].get(key, 0) for m in minutes], marker=".", label=key)
     errors.set_ylabel("errors per minute")
     errors.set_xlabel("minute")
+    errors.xaxis.set_major_locator(MaxNLocator(integer=True))
     errors.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -60,6 +60,7 @@ def test_rss_growth_compares_the_end_with_the_window_start() -> None:
     assert growth["new"] == pytest.approx(0.2)
     assert rss_growth(series, 10)["app"] == pytest.approx(1.1)  # a window longer than the run starts at minute 1
     assert rss_growth([], 2) == {}
+    assert rss_growth(series[:1], 2) == {}  # one minute is no growth measured, so the goal cannot pass
 
 
 def test_lag_is_summed_over_partitions_by_topic() -> None:
