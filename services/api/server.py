@@ -106,6 +106,7 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
         "access_log": False,
         "lifespan": "off",
         "http": read_deadline_protocol(settings.http_read_timeout),
+        "timeout_keep_alive": settings.http_keep_alive_timeout,
         **overrides,
     }
     return uvicorn.Config(app, **options)

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     http_request_timeout: float = 2.0
     # A request whose head and body have not all arrived this many seconds after its first byte gets 408, closed.
     http_read_timeout: float = 30.0
+    # Seconds an idle keep-alive connection stays open. Longer than clients keep theirs (httpx: 5 s), so the
+    # client closes first: a server closing at the same moment a client reuses the connection loses that request.
+    http_keep_alive_timeout: float = Field(75.0, gt=0)
     # Seconds /readyz may take; its Kafka, Postgres and Qdrant probes get 80% of it, a slower one counts as down.
     readyz_timeout: float = 1.0
     # Prometheus metrics port of a worker process without the read service (which serves /metrics itself).

@@ -180,3 +180,17 @@ def test_the_deadline_is_per_request_not_per_connection(quick: tuple[int, str]) 
             sock.sendall(RECALL)
             assert answer(sock, time.monotonic()).status == 200
             time.sleep(READ_TIMEOUT * 0.6)
+
+
+def test_an_idle_keep_alive_connection_outlives_the_clients_own_expiry(quick: tuple[int, str]) -> None:
+    """Idle for 6 s (httpx drops its idle connections after 5 s): the server has not closed it, so a client
+    reusing a connection never races the server's close and loses its request."""
+    port, key = quick
+    with connect(port) as sock:
+        for pause in (0.0, 6.0):
+            time.sleep(pause)
+            sock.sendall(
+                head("/v1/recall", f"Authorization: Bearer {key}\r\n", f"Content-Length: {len(RECALL)}\r\n\r\n")
+            )
+            sock.sendall(RECALL)
+            assert answer(sock, time.monotonic()).status == 200
