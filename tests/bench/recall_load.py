@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,6 +47,20 @@ def _candidate(k: int, user: str, text: str, vector: np.ndarray[Any, Any], now: 
     return orjson.dumps(envelope, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+def seed_candidates(memories: int, users: int) -> Iterator[tuple[str, bytes]]:
+    """(user, `memory.embedded` value) for each seeded memory: vectors are mixtures of 500 real MiniLM
+    embeddings plus noise, users taken in turn."""
+    texts = synthetic_texts(500, (4, 14), seed=5)
+    base = np.asarray(MiniLmEmbedder().embed(texts), dtype=np.float32)
+    rng = np.random.default_rng(3)
+    now = datetime.now(UTC).isoformat()
+    for k in range(memories):
+        i, j = rng.integers(0, len(texts), size=2)
+        mixed = base[i] + 0.5 * base[j] + rng.normal(0.0, 0.05, base.shape[1]).astype(np.float32)
+        user = f"load-{k % users:04d}"
+        yield user, _candidate(k, user, f"{texts[i]} {texts[j]} (note {k})", mixed / np.linalg.norm(mixed), now)
+
+
 async def seed(
     base_url: str, bootstrap: str, pg_dsn: str, memories: int, users: int, budget: float, out: dict[str, Any]
 ) -> None:
@@ -57,20 +71,12 @@ async def seed(
     would measure it too (8-client p95 76.8 ms right after the seed, 60.3 ms
     90 s later, in one scratch run).
     """
-    texts = synthetic_texts(500, (4, 14), seed=5)
-    base = np.asarray(MiniLmEmbedder().embed(texts), dtype=np.float32)
-    rng = np.random.default_rng(3)
-    now = datetime.now(UTC).isoformat()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, max_batch_size=1 << 20)
     await producer.start()
     started = time.perf_counter()
     try:
         pending = []
-        for k in range(memories):
-            i, j = rng.integers(0, len(texts), size=2)
-            mixed = base[i] + 0.5 * base[j] + rng.normal(0.0, 0.05, base.shape[1]).astype(np.float32)
-            user = f"load-{k % users:04d}"
-            value = _candidate(k, user, f"{texts[i]} {texts[j]} (note {k})", mixed / np.linalg.norm(mixed), now)
+        for user, value in seed_candidates(memories, users):
             pending.append(await producer.send("memory.embedded", key=partition_key(TENANT, user), value=value))
             if len(pending) >= 5000:
                 await asyncio.gather(*pending)

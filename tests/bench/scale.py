@@ -35,18 +35,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
 
 from agents.consolidator.apply.records import new_record
 from schemas import EmbeddedCandidate
 from services.archive.keys import KeyStore
 from services.core.config import Settings
-from services.embedding import MiniLmEmbedder
 from services.stores.postgres import PgPool
 from services.stores.postgres.memory_writes import MemoryWriter
 from tests.bench import recall_load
-from tests.bench.corpus import synthetic_texts
 from tests.bench.probe import peak_rss_mib
 from tests.bench.soak import memory_by_name, stack_processes
 from tests.stack import Stack, embedded_stack, run_cli, stack_settings
@@ -70,17 +67,9 @@ class Plan:
 
 
 def candidates(memories: int, users: int) -> Iterator[EmbeddedCandidate]:
-    """recall_load.seed's candidates, in its order and with its vectors (mixtures of 500 real MiniLM embeddings
-    plus noise), as the consolidator reads them off `memory.embedded`."""
-    texts = synthetic_texts(500, (4, 14), seed=5)
-    base = np.asarray(MiniLmEmbedder().embed(texts), dtype=np.float32)
-    rng = np.random.default_rng(3)
-    now = datetime.now(UTC).isoformat()
-    for k in range(memories):
-        i, j = rng.integers(0, len(texts), size=2)
-        mixed = base[i] + 0.5 * base[j] + np.asarray(rng.normal(0.0, 0.05, base.shape[1]), dtype=np.float32)
-        user = f"load-{k % users:04d}"
-        value = recall_load._candidate(k, user, f"{texts[i]} {texts[j]} (note {k})", mixed / np.linalg.norm(mixed), now)
+    """recall_load.seed's candidates, in its order and with its vectors, as the consolidator reads them off
+    `memory.embedded`."""
+    for _, value in recall_load.seed_candidates(memories, users):
         yield EmbeddedCandidate.model_validate_json(value)
 
 
