@@ -113,6 +113,7 @@ async def freshness(
     seconds: float,
     out: dict[str, Any],
     probe_every: int = 4,
+    users: int = 50,
     *,
     headers: Mapping[str, str],
     timeline: list[dict[str, Any]] | None = None,
@@ -173,11 +174,11 @@ async def freshness(
         count = int(rate * seconds)
         for i in range(count):
             await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
-            user, token = f"fresh-{i % 50}-{run}", f"zq{run}x{i}"
+            user, token = f"fresh-{i % users}-{run}", f"zq{run}x{i}"
             # Distinct sentences, found by their own text: this measures freshness, not ranking.
             text = f"{sentence(rng, 6, 20)} Code word {token}."
             started = time.perf_counter()
-            await producer.send_raw([orjson.dumps(turn(TENANT, user, f"f{i % 50}", i // 50, text))])
+            await producer.send_raw([orjson.dumps(turn(TENANT, user, f"f{i % users}", i // users, text))])
             if i % probe_every == 0:
                 probes.append(asyncio.create_task(probe(user, text, token, started)))
         out["offered_turns_per_s"] = count / (time.perf_counter() - t0)

@@ -44,8 +44,8 @@ RSS_GROWTH_MAX = 0.05
 FRESHNESS_P99_MAX_S = 1.0
 RECALL_CHUNK_S = 10.0
 TOKEN = re.compile(r"zq([0-9a-f]{6})x(\d+)")
-# Each freshness call spreads its turns over this many users (pipeline.freshness: fresh-{i % 50}-{run}).
-FRESHNESS_USERS = 50
+# Each freshness call spreads its turns over this many users (pipeline.freshness: fresh-{i % users}-{run}).
+FRESHNESS_USERS = 200
 
 
 @dataclass(frozen=True)
@@ -333,6 +333,7 @@ async def soak(stack: Stack, plan: Plan, results: dict[str, Any]) -> None:
                         60.0,
                         fresh,
                         plan.probe_every,
+                        users=FRESHNESS_USERS,
                         headers=headers,
                         timeline=timeline,
                     )
