@@ -27,14 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaConsumer
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.core import topics
-from services.kafka.log_tail import pin_to_log_end
 from tests.bench import pipeline
 from tests.bench.corpus import conversations
-from tests.bench.probe import percentiles
+from tests.bench.probe import TailWatcher, percentiles
 from tests.stack import Stack, embedded_stack, stack_settings
 
 # Counters and histogram parts sampled per stage, as deltas between samples.
@@ -157,7 +155,7 @@ def summary(timeline: list[dict[str, Any]], rows: list[dict[str, Any]], worst: i
                 print("   ", json.dumps(row))
 
 
-class HopWatcher:
+class HopWatcher(TailWatcher):
     """When each probe token first appeared on the plain topics between the stages, by the messages' timestamps.
 
     memory.candidates (the window is done) and memory.embedded (the embedder
@@ -168,30 +166,14 @@ class HopWatcher:
     TOPICS = (topics.CANDIDATES, topics.EMBEDDED)
 
     def __init__(self, bootstrap: str) -> None:
+        super().__init__(bootstrap, *self.TOPICS)
         self.seen: dict[str, dict[str, float]] = defaultdict(dict)
-        self._consumer = AIOKafkaConsumer(
-            *self.TOPICS, bootstrap_servers=bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=50
-        )
-        self._task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> HopWatcher:
-        await self._consumer.start()
-        await pin_to_log_end(self._consumer)
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def _run(self) -> None:
-        while True:
-            fetched = await self._consumer.getmany(timeout_ms=1000)
-            for tp, messages in fetched.items():
-                for m in messages:
-                    for token in re.findall(rb"zq[0-9a-f]{6}x\d+", m.value or b""):
-                        self.seen[token.decode()].setdefault(tp.topic, m.timestamp / 1000)
-
-    async def __aexit__(self, *_: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-        await self._consumer.stop()
+    async def on_batch(self, fetched: dict[Any, list[Any]], arrival: float) -> None:
+        for tp, messages in fetched.items():
+            for m in messages:
+                for token in re.findall(rb"zq[0-9a-f]{6}x\d+", m.value or b""):
+                    self.seen[token.decode()].setdefault(tp.topic, m.timestamp / 1000)
 
 
 async def on_stack(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:

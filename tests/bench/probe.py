@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 from aiokafka import AIOKafkaConsumer
@@ -54,7 +54,37 @@ async def wait_drained(client: httpx.AsyncClient, within: float, quiet_polls: in
     return False
 
 
-class ChangeWatcher:
+class TailWatcher:
+    """Consumes `topics` from their end (pinned on entry, so nothing produced after it is missed) and hands each
+    fetched batch, with when it arrived, to `on_batch`, until the block exits."""
+
+    def __init__(self, bootstrap: str, *topic_names: str) -> None:
+        self._consumer = AIOKafkaConsumer(
+            *topic_names, bootstrap_servers=bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=50
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    async def on_batch(self, fetched: dict[Any, list[Any]], arrival: float) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self._consumer.start()
+        await pin_to_log_end(self._consumer)
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        while True:
+            fetched = await self._consumer.getmany(timeout_ms=1000)
+            await self.on_batch(fetched, time.perf_counter())
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        await self._consumer.stop()
+
+
+class ChangeWatcher(TailWatcher):
     """Consumes memory.changes from its end and calls `on_change(change, arrival)` for each change it can open.
 
     Changes are sealed per user (services/archive/changes.py): each fetched
@@ -65,36 +95,24 @@ class ChangeWatcher:
     """
 
     def __init__(self, settings: Settings, on_change: Callable[[dict[str, Any], float], None]) -> None:
-        self._consumer = AIOKafkaConsumer(
-            topics.CHANGES, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=50
-        )
+        super().__init__(settings.kafka_bootstrap, topics.CHANGES)
         self._pool = PgPool(settings.pg_dsn, 2)
         self._keys = KeyStore.from_settings(self._pool, settings)
         self._on_change = on_change
-        self._task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> ChangeWatcher:
+    async def __aenter__(self) -> Self:
         await self._pool.open()
-        await self._consumer.start()
-        # Pin the starting offsets now, so nothing produced after this is missed.
-        await pin_to_log_end(self._consumer)
-        self._task = asyncio.create_task(self._run())
-        return self
+        return await super().__aenter__()
 
-    async def _run(self) -> None:
-        while True:
-            fetched = await self._consumer.getmany(timeout_ms=1000)
-            arrival = time.perf_counter()
-            values = [m.value for messages in fetched.values() for m in messages if m.value is not None]
-            if values:
-                opened, _ = await open_changes(self._keys, values)
-                for change in opened:
-                    self._on_change(change.model_dump(mode="json"), arrival)
+    async def on_batch(self, fetched: dict[Any, list[Any]], arrival: float) -> None:
+        values = [m.value for messages in fetched.values() for m in messages if m.value is not None]
+        if values:
+            opened, _ = await open_changes(self._keys, values)
+            for change in opened:
+                self._on_change(change.model_dump(mode="json"), arrival)
 
-    async def __aexit__(self, *_: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-        await self._consumer.stop()
+    async def __aexit__(self, *exc: object) -> None:
+        await super().__aexit__(*exc)
         await self._pool.close()
 
 
