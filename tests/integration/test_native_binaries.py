@@ -749,3 +749,35 @@ def test_runtime_extension_modules_import_on_avx2(emulated_cpu: dict[str, bool])
     lost = sorted(set(native["imported"]) - set(emulated["imported"]))
     assert not lost, {m: emulated["failed"].get(m) for m in lost}
     _report(f"import of {len(emulated['imported'])} extension modules", elapsed)
+
+
+# --- 6. the benches' plotting stack (a dev dependency with native code) --------
+
+
+def _child_plot() -> None:
+    """The soak bench's kind of figure: lines on a log axis, laid out and written as a PNG, then read back."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    figure, axes = plt.subplots(2, 1, figsize=(4, 3), constrained_layout=True)  # kiwisolver lays it out
+    axes[0].plot([1, 2, 3], [100.0, 120.0, 110.0])
+    axes[0].set_yscale("log")
+    axes[1].contourf([[0.0, 1.0], [1.0, 2.0]])  # contourpy
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    buffer.seek(0)
+    image = Image.open(buffer)
+    _emit({"size": list(image.size), "mode": image.mode})
+
+
+def test_the_bench_plots_draw_on_avx2(emulated_cpu: dict[str, bool]) -> None:
+    native = run_child("_child_plot", emulated=False, timeout=120)
+    started = time.monotonic()
+    assert run_child("_child_plot", emulated=True, timeout=600) == native
+    assert native["size"] == [400, 300]
+    _report("matplotlib PNG (kiwisolver, contourpy, pillow)", time.monotonic() - started)
