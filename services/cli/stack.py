@@ -36,7 +36,7 @@ def _cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if settings.replica is None and count >= 1:
         from ops.embedded.replicas import run
 
-        return run(settings.model_copy(update={"read_replicas": count}), count)
+        return run(settings, count)
     from services.process.runner import run_api
 
     run_api(settings)
