@@ -26,8 +26,10 @@ replica has reported positions at least as far as this one's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,7 @@ from services.core.errors import StoreError
 from services.core.stages import INDEX_STAGE, group_id
 from services.runtime import Runtime
 from services.stores.postgres import replicas as positions_table
+from services.stores.postgres.pool import Conn
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +87,7 @@ class ReplicaFeed:
         self.state = ReplicaState(name, generations.of(scoped).name)
         self._reported = 0.0
         self._ends_read = 0.0
-        self._table_ready = False
+        self._peers = Peers(rt, scoped.replica_stale_seconds)
 
     async def run(self) -> None:
         """Until cancelled; a broker or store outage ends a consumer, another starts after a pause."""
@@ -147,10 +150,7 @@ class ReplicaFeed:
             self._reported = time.monotonic()
             return  # not serving: nobody waits for it
         try:
-            async with self._rt.pg.connection("replica position") as conn:
-                if not self._table_ready:
-                    await positions_table.ensure_table(conn)
-                    self._table_ready = True
+            async with self._peers.table("replica position") as conn:
                 await positions_table.report(conn, state.name, state.generation, state.positions, state.lag)
         except StoreError as exc:
             log.info("%s %s: position not reported this time (%s)", STAGE, state.name, exc)
@@ -173,11 +173,17 @@ class Peers:
         self._stale = stale_seconds
         self._table_ready = False
 
-    async def listing(self, generation: str) -> list[positions_table.Position]:
-        async with self._rt.pg.connection("replica positions") as conn:
+    @contextlib.asynccontextmanager
+    async def table(self, operation: str) -> AsyncIterator[Conn]:
+        """A connection to use `public.read_replicas` on, the table created by the first use."""
+        async with self._rt.pg.connection(operation) as conn:
             if not self._table_ready:
                 await positions_table.ensure_table(conn)
                 self._table_ready = True
+            yield conn
+
+    async def listing(self, generation: str) -> list[positions_table.Position]:
+        async with self.table("replica positions") as conn:
             return await positions_table.listing(conn, generation)
 
     async def leave(self, name: str) -> None:
