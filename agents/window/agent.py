@@ -100,7 +100,7 @@ async def handle_turn(
     if archived is Archived.DUPLICATE:
         return await rt.outbox.pending(conn, scope_of(turn.tenant_id, turn.user_id)), False
     state = await rt.windows.load_window(conn, turn.tenant_id, turn.user_id, turn.session_id)
-    update = append_turn(state.turns, turn, limits)
+    update = append_turn(state.turns, turn, limits.for_session(turn.tenant_id, turn.user_id, turn.session_id))
     # A new turn after session_end reopens the session with a fresh window.
     await rt.windows.save_window(
         conn, turn.tenant_id, turn.user_id, turn.session_id, update.window, window_tokens(update.window)
@@ -183,7 +183,11 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
 
 def window_limits(settings: Settings) -> WindowLimits:
     return WindowLimits(
-        settings.window_max_tokens, settings.window_max_turns, settings.window_keep_last, settings.window_trim_to
+        settings.window_max_tokens,
+        settings.window_max_turns,
+        settings.window_keep_last,
+        settings.window_trim_to,
+        settings.window_trim_jitter,
     )
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 
 from schemas import TurnEvent, codec
 from schemas.memory import CONTEXT_TURNS
@@ -18,12 +19,53 @@ class WindowLimits:
     turn once a session is long: an episode of one turn each time, and a
     summarizer, embedder and consolidator pass per turn. Trimming to half
     evicts a run of turns at once, which makes an episode worth reading.
+
+    `jitter` lowers both limits by a share in [0, jitter) that is fixed per
+    session (`for_session`): sessions that start together (a launch, an
+    import, a bench's users) would otherwise all reach the limit on the same
+    turn, and their evictions, episodes and embeddings would land in one
+    burst that delays every fresh turn behind it (as Kafka jitters segment
+    rolls). A trim still evicts as much as at the full limits (`lowered`
+    is taken off the targets too), so sessions trim as often and their
+    episodes are as long as without jitter: only the phase moves. The
+    limits stay upper bounds, and a replay trims where the first run did.
     """
 
     max_tokens: int
     max_turns: int
     keep_last: int
     trim_to: float = 1.0
+    jitter: float = 0.0
+    lowered: tuple[int, int] = (0, 0)  # (tokens, turns) for_session took off the configured limits
+
+    def for_session(self, tenant_id: str, user_id: str, session_id: str) -> WindowLimits:
+        """These limits as one session has them: lowered by its own share of `jitter`."""
+        if self.jitter <= 0:
+            return self
+        share = self.jitter * _unit(tenant_id, user_id, session_id)
+        tokens, turns = round(self.max_tokens * share), round(self.max_turns * share)
+        tokens, turns = min(tokens, self.max_tokens - 1), min(turns, self.max_turns - 1)
+        return replace(
+            self,
+            max_tokens=self.max_tokens - tokens,
+            max_turns=self.max_turns - turns,
+            jitter=0.0,
+            lowered=(tokens, turns),
+        )
+
+    def targets(self) -> tuple[int, int]:
+        """The tokens and turns a window over a limit is cut down to."""
+        tokens, turns = self.lowered
+        return (
+            max(0, int((self.max_tokens + tokens) * self.trim_to) - tokens),
+            max(1, int((self.max_turns + turns) * self.trim_to) - turns),
+        )
+
+
+def _unit(*parts: str) -> float:
+    """A number in [0, 1) fixed by `parts`, the same in every process and run (unlike `hash`)."""
+    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
 
 
 @dataclass(frozen=True)
@@ -71,8 +113,7 @@ def trim(turns: list[TurnEvent], limits: WindowLimits) -> WindowUpdate:
     tokens = window_tokens(kept)
     if len(kept) <= limits.max_turns and tokens <= limits.max_tokens:
         return WindowUpdate(window=kept, evicted=[])
-    max_turns = max(1, int(limits.max_turns * limits.trim_to))
-    max_tokens = int(limits.max_tokens * limits.trim_to)
+    max_tokens, max_turns = limits.targets()
     # Index 1 is the oldest evictable turn while more than first + tail remain.
     while len(kept) > 1 + protected_tail and (len(kept) > max_turns or tokens > max_tokens):
         dropped = kept.pop(1)

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     window_keep_last: int = 3
     # A window over a limit is trimmed to this share of both: evicted turns leave in runs (agents/window/logic.py).
     window_trim_to: float = Field(0.5, gt=0, le=1)
+    # Each session's limits are lowered by its own share of this, fixed per session, so that sessions
+    # started together do not all trim on the same turn (agents/window/logic.WindowLimits).
+    window_trim_jitter: float = Field(0.25, ge=0, lt=1)
     # Turns per window-stage transaction.
     window_batch_size: int = 64
     # Seconds a window-stage batch may wait to fill. The waits of the window,

@@ -169,6 +169,9 @@ async def freshness(
         TurnProducer(settings.kafka_bootstrap) as producer,
         ChangeWatcher(settings, on_change),
     ):
+        # A producer's first send connects, reads metadata and gets a producer id (about 1 s on this broker).
+        # A chat service's producer lives on, so that once-only cost is not the pipeline's freshness.
+        await producer.send_raw([orjson.dumps(turn(TENANT, f"warm-{run}", "warm", 0, "Warming up the producer."))])
         probes: list[asyncio.Task[None]] = []
         t0 = time.perf_counter()
         count = int(rate * seconds)

@@ -1,3 +1,5 @@
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -125,3 +127,57 @@ def test_the_context_depends_on_the_window_not_on_arrival_order(order: list[int]
     window = [turn(i) for i in order if i != new]
     expected = [f"e{i}" for i in range(new)][-2:]
     assert [t.event_id for t in preceding(window, turn(new))] == expected
+
+
+@given(
+    max_turns=st.integers(min_value=1, max_value=200),
+    max_tokens=st.integers(min_value=1, max_value=50_000),
+    jitter=st.floats(min_value=0.0, max_value=0.9),
+    session=st.text(min_size=1, max_size=12),
+)
+def test_a_sessions_limits_are_its_own_and_never_above_the_configured(
+    max_turns: int, max_tokens: int, jitter: float, session: str
+) -> None:
+    limits = WindowLimits(max_tokens, max_turns, keep_last=3, trim_to=0.5, jitter=jitter)
+    own = limits.for_session("t1", "u1", session)
+    assert own == limits.for_session("t1", "u1", session)  # a replay trims where the first run did
+    assert 1 <= own.max_turns <= max_turns
+    assert 1 <= own.max_tokens <= max_tokens
+    assert own.max_turns >= round(max_turns * (1 - jitter))
+    assert own.max_tokens >= round(max_tokens * (1 - jitter))
+    assert (own.keep_last, own.trim_to, own.jitter) == (3, 0.5, 0.0)
+    # A trim takes as many turns as at the configured limits: sessions trim as often, only later or earlier.
+    if own.targets()[1] > 1:
+        assert own.max_turns - own.targets()[1] == limits.max_turns - limits.targets()[1]
+
+
+def test_sessions_started_together_do_not_all_trim_on_the_same_turn() -> None:
+    limits = WindowLimits(max_tokens=12_000, max_turns=20, keep_last=3, trim_to=0.5, jitter=0.25)
+    unjittered = WindowLimits(max_tokens=12_000, max_turns=20, keep_last=3, trim_to=0.5)
+    first_trim: dict[str, int] = {}
+    for session in ["plain", *(f"s{i}" for i in range(50))]:
+        own, window = (unjittered if session == "plain" else limits.for_session("t1", "u1", session)), []
+        trims: list[tuple[int, int]] = []
+        for i in range(60):
+            update = append_turn(window, turn(i), own)
+            window = update.window
+            if update.evicted:
+                trims.append((i, len(update.evicted)))
+        if session == "plain":
+            plain = trims
+            continue
+        first_trim[session] = trims[0][0]
+        # Every trim after the first comes as many turns later and evicts as many as without jitter.
+        n = min(len(trims), len(plain))
+        assert [k for _, k in trims][:n] == [k for _, k in plain][:n]
+        gaps = [b - a for (a, _), (b, _) in itertools.pairwise(trims)]
+        assert gaps[: n - 1] == [b - a for (a, _), (b, _) in itertools.pairwise(plain)][: n - 1]
+    assert set(first_trim) == {f"s{i}" for i in range(50)}  # every session still trims within the limit
+    assert min(first_trim.values()) >= 15
+    assert max(first_trim.values()) <= 20
+    assert len(set(first_trim.values())) >= 4  # spread over turns, not one burst
+
+
+def test_no_jitter_is_the_configured_limits_for_every_session() -> None:
+    limits = WindowLimits(max_tokens=12_000, max_turns=20, keep_last=3, trim_to=0.5)
+    assert limits.for_session("t1", "u1", "s1") is limits
