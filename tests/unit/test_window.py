@@ -156,7 +156,8 @@ def test_sessions_started_together_do_not_all_trim_on_the_same_turn() -> None:
     unjittered = WindowLimits(max_tokens=12_000, max_turns=20, keep_last=3, trim_to=0.5)
     first_trim: dict[str, int] = {}
     for session in ["plain", *(f"s{i}" for i in range(50))]:
-        own, window = (unjittered if session == "plain" else limits.for_session("t1", "u1", session)), []
+        own = unjittered if session == "plain" else limits.for_session("t1", "u1", session)
+        window: list[TurnEvent] = []
         trims: list[tuple[int, int]] = []
         for i in range(60):
             update = append_turn(window, turn(i), own)
