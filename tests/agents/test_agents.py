@@ -299,6 +299,32 @@ async def test_qdrant_sink_skips_and_counts_a_forgotten_users_changes_and_dead_l
     assert [hit.payload["text"] for hit in hits] == ["green tea in the morning"]
 
 
+async def test_window_agent_trims_each_session_at_its_own_jittered_limit(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    from agents.window import agent
+
+    h = harness(agent, "turns")
+    evicted, candidates = h.sink("evicted"), h.sink("candidates")
+    limits = agent.window_limits(h.runtime.settings)
+    assert limits.jitter > 0  # the default jitters
+    by_limit: dict[int, str] = {}
+    for i in range(200):
+        by_limit.setdefault(limits.for_session("t", "u", f"s{i}").max_turns, f"s{i}")
+    low, high = by_limit[min(by_limit)], by_limit[max(by_limit)]
+    assert min(by_limit) < max(by_limit) == limits.max_turns
+    # Both sessions get one turn more than the lower limit: only the session with that limit trims.
+    count = min(by_limit) + 1
+    events = [turn("t", "u", s, i, f"Turn {i} of {s}.") for s in (low, high) for i in range(count)]
+    last = f"Turn {count - 1} of {high}."
+    await h.feed([orjson.dumps(e) for e in events], lambda: any(c["text"] == last for c in candidates.values()))
+    (chunk,) = evicted.values()
+    assert (chunk["session_id"], chunk["reason"]) == (low, "trimmed")
+    # As many turns evicted as a trim at the full limits takes: the oldest after the first.
+    taken = limits.max_turns + 1 - limits.targets()[1]
+    assert [t["turn_index"] for t in chunk["turns"]] == list(range(1, 1 + taken))
+
+
 async def test_window_agent_gives_each_exchange_the_turns_before_it_as_context(
     harness: Callable[[Any, str], Harness],
 ) -> None:
