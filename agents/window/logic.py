@@ -26,9 +26,11 @@ class WindowLimits:
     turn, and their evictions, episodes and embeddings would land in one
     burst that delays every fresh turn behind it (as Kafka jitters segment
     rolls). A trim still evicts as much as at the full limits (`lowered`
-    is taken off the targets too), so sessions trim as often and their
-    episodes are as long as without jitter: only the phase moves. The
-    limits stay upper bounds, and a replay trims where the first run did.
+    is taken off the targets too), so a long session trims as often, with
+    episodes as long, as without jitter: only the phase moves (a session
+    that ends between its own limit and the configured one trims once
+    more). The limits stay upper bounds, and a replay trims where the first
+    run did.
     """
 
     max_tokens: int
