@@ -176,9 +176,9 @@ def rebuild_index(env: dict[str, str], memories: int, out: dict[str, Any]) -> No
 
         def sample() -> None:
             while proc.poll() is None:
-                mib = peak_rss_mib(proc.pid)  # VmHWM: the high-water mark, so a 1 s sample misses little
+                mib = peak_rss_mib(proc.pid)  # VmHWM only grows: the last read is the peak, to within 1 s
                 if mib is not None:
-                    peak[:] = [max([mib, *peak])]
+                    peak[:] = [mib]
                 time.sleep(1.0)
 
         sampler = threading.Thread(target=sample, daemon=True)
