@@ -14,7 +14,7 @@ from agents.dlq import DeadLetters
 from agents.outage import outlasting
 from schemas import codec
 from services.archive.keys import KeyStore
-from services.core import metrics, tracing
+from services.core import backlog, metrics, tracing
 from services.core.config import Settings
 from services.core.errors import InvalidEvent
 from services.kafka import dead_letters
@@ -128,6 +128,7 @@ async def consume_batches(
     offset past this one. A worker stopped meanwhile leaves it to the next.
     """
     async for events in take_batches(stream, size, within):
+        backlog.STAGES.saw(stage, backlog.oldest_wait((e.message.timestamp for e in events), time.time()))
         await outlasting(
             functools.partial(process, events),
             stage=stage,

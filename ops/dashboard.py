@@ -112,6 +112,16 @@ PANELS: tuple[Panel, ...] = (
         ),
     ),
     Panel(
+        "Recall giving way to ingest",
+        "short",
+        (
+            Target("max(memstream_read_yield)", "share recall gives up (0 = none)"),
+            Target(_quantile(0.95, "memstream_read_gate_wait_seconds"), "p95 wait for a turn (s)"),
+            Target(_rate("memstream_read_gate_overruns_total"), "started at the longest wait /s"),
+        ),
+        "Above 0 while a stage is behind: recalls are paced so the stages catch up (services/api/read_gate.py).",
+    ),
+    Panel(
         "Recall results and tokens (median)",
         "short",
         (

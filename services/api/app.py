@@ -46,10 +46,11 @@ from services.api.models import (
 )
 from services.api.ops_routes import ops_router
 from services.api.ranking import Weights
+from services.api.read_gate import ReadGate
 from services.api.recall import recall, working
 from services.api.transfer_routes import transfer_router
 from services.api.user_routes import user_router
-from services.core import metrics
+from services.core import backlog, metrics
 from services.runtime import Runtime
 from services.stores.postgres.commands import CommandStore
 
@@ -112,6 +113,9 @@ def create_app(
     app.add_middleware(KeyFirst, gate=gate, seconds=settings.http_request_timeout)
     app.add_middleware(RequestContext, replica=settings.replica_name)
     weights = Weights.from_settings(settings)
+    reads = ReadGate(
+        backlog.STAGES, settings.ingest_behind_seconds, settings.read_share_floor, settings.read_gate_max_wait
+    )
     app.include_router(ingest_router(settings))
     app.include_router(command_router(rt, commands, command_store))
     app.include_router(transfer_router(rt, commands))
@@ -129,7 +133,8 @@ def create_app(
     async def recall_route(body: RecallRequest) -> RecallResponse:
         started = time.perf_counter()
         try:
-            return await recall(rt, body, weights, access)
+            async with reads.admit():
+                return await recall(rt, body, weights, access)
         finally:
             metrics.RECALL_LATENCY.observe(time.perf_counter() - started)
 

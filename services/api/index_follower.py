@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from schemas.changes import SealedChangeMessage
 from services.archive.changes import open_messages
-from services.core import generations, metrics
+from services.core import backlog, generations, metrics
 from services.core.config import Settings
 from services.core.errors import StoreUnavailable
 from services.core.kafka_auth import aiokafka_kwargs
@@ -134,6 +135,8 @@ class Follower:
 
     async def index(self, records: Sequence[Any]) -> None:
         """Apply a batch of consumed records (aiokafka's); returns once every effect and dead letter is durable."""
+        stamps = (r.timestamp / 1000 if r.timestamp is not None else None for r in records)
+        backlog.STAGES.saw(STAGE, backlog.oldest_wait(stamps, time.time()))
         parsed = await parse_or_dead_letter(records, SealedChangeMessage, self._dead_letter)
         if parsed:
             await deliver(parsed, self._apply, stage=STAGE, outlast=self._outlast, dead_letter=self._dead_letter)

@@ -136,6 +136,14 @@ class Settings(BaseSettings):
     # Sentences an extractive episode summary keeps from the evicted turns.
     summary_max_sentences: int = 3
 
+    # Recall gives way to ingest (services/api/read_gate.py): a stage batch whose oldest event waited longer
+    # than this means the stages are behind, and recall's share of the process is halved; it grows back while
+    # no batch is late. The share never goes below the floor; a floor of 1 turns the gate off. No recall waits
+    # for its turn longer than read_gate_max_wait.
+    ingest_behind_seconds: float = Field(0.5, gt=0)
+    read_share_floor: float = Field(0.05, gt=0, le=1)
+    read_gate_max_wait: float = Field(0.25, ge=0)
+
     # Memories a recall returns when its request gives no `top_k` (a request may ask for 1-100).
     recall_top_k: int = Field(10, ge=1, le=100)
     # Tokens the recall's `prompt` block may take when the request gives no `token_budget` (1-64,000).

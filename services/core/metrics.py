@@ -54,6 +54,18 @@ EMBED_CACHE = Counter("memstream_embedder_cache_lookups_total", "Embedding cache
 EMBED_SECONDS = Counter("memstream_embedder_busy_seconds_total", "Seconds the model spent embedding")
 
 RECALL_LATENCY = Histogram("memstream_recall_seconds", "Recall request latency", buckets=_LATENCY_BUCKETS)
+READ_YIELD = Gauge(
+    "memstream_read_yield",
+    "Share of the process recall gives up to ingest while the stages are behind (0: none; 1 - recall's share)",
+)
+READ_GATE_WAIT = Histogram(
+    "memstream_read_gate_wait_seconds",
+    "Seconds a recall waited for its turn while recall gave way to ingest",
+    buckets=_LATENCY_BUCKETS,
+)
+READ_GATE_OVERRUNS = Counter(
+    "memstream_read_gate_overruns_total", "Recalls started after the gate's longest wait, their turn not yet come"
+)
 RECALL_RESULTS = Histogram("memstream_recall_results", "Memories returned per recall", buckets=(0, 1, 2, 5, 10, 20, 50))
 RECALL_TOKENS = Histogram(
     "memstream_recall_tokens_used",

@@ -1,6 +1,7 @@
 """Where freshness's tail comes from: `make bench`'s replay then freshness stages, with a timeline.
 
     python -m tests.bench.freshness_probe [--turns 5000] [--seconds 60] [--rate 20] [--env KEY=VALUE ...]
+        [--seed 100000 --load-clients 8]
 
 Starts the embedded stack as tests/bench/run.py does, replays the corpus,
 then runs the freshness stage (tests/bench/pipeline.py) while sampling the
@@ -9,7 +10,9 @@ processing time, and the consumer lags. It prints the percentiles, the
 slowest probes split into produce -> change on memory.changes -> recalled,
 and the samples around each of them, so a slow probe can be set beside what
 the process was doing at that moment. `--env` passes settings to the stack,
-to try a value without changing a default.
+to try a value without changing a default. `--seed` and `--load-clients`
+give `make bench`'s freshness_under_load stage: memories seeded as its
+recall stages have them, then clients recalling without pause meanwhile.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.core import topics
-from tests.bench import pipeline
+from tests.bench import pipeline, recall_load
 from tests.bench.corpus import conversations
 from tests.bench.probe import TailWatcher, percentiles
 from tests.stack import Stack, embedded_stack, stack_settings
@@ -182,6 +185,12 @@ async def on_stack(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     replayed: dict[str, Any] = {}
     await pipeline.replay(settings, conversations(args.turns, args.users), replayed)
     print("replay:", replayed, flush=True)
+    if args.seed:
+        seeded: dict[str, Any] = {}
+        await recall_load.seed(
+            stack.base_url, settings.kafka_bootstrap, settings.pg_dsn, args.seed, args.load_users, 900, seeded
+        )
+        print("seed:", seeded, flush=True)
     timeline: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     stop = asyncio.Event()
@@ -189,10 +198,30 @@ async def on_stack(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     sampler = asyncio.create_task(sample(stack, t0, rows, stop))
     out: dict[str, Any] = {}
     t0[0] = time.perf_counter()
+    loaded: dict[str, Any] = {}
     async with HopWatcher(settings.kafka_bootstrap) as hops:
-        await pipeline.freshness(
-            settings, stack.base_url, args.rate, args.seconds, out, headers=stack.headers, timeline=timeline
+        await asyncio.gather(
+            pipeline.freshness(
+                settings, stack.base_url, args.rate, args.seconds, out, headers=stack.headers, timeline=timeline
+            ),
+            *(
+                [
+                    recall_load.load(
+                        stack.base_url,
+                        args.load_users,
+                        args.load_clients,
+                        args.seconds + 5,
+                        loaded,
+                        headers=stack.headers,
+                        record_access=False,
+                    )
+                ]
+                if args.load_clients
+                else []
+            ),
         )
+    if loaded:
+        print("read load:", {k: round(v, 4) if isinstance(v, float) else v for k, v in loaded.items()}, flush=True)
     attribute(timeline, hops.seen)
     stop.set()
     await sampler
@@ -207,6 +236,9 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--seed", type=int, default=0, help="memories to seed before the stage (make bench: 100000)")
+    parser.add_argument("--load-users", type=int, default=500, help="users the seed spreads over")
+    parser.add_argument("--load-clients", type=int, default=0, help="clients recalling without pause meanwhile")
     parser.add_argument("--worst", type=int, default=5, help="slowest probes to print with their samples")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the stack, repeatable")
     parser.add_argument("--dump", help="write the timeline and samples to this JSON file")
