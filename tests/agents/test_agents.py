@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from schemas import (
 )
 from services.archive.changes import seal_change
 from services.archive.dlq import open_entries as dead_letter_entries
+from services.core import backlog
 from services.core.config import Settings
 from services.core.textutil import stable_id
 from services.core.topics import BY_ROLE as TOPIC_NAMES
@@ -443,3 +445,23 @@ async def test_consolidator_agent_gives_a_memory_an_id_only_its_users_key_derive
     assert [v["memory_id"] for v in out.values()] == [memory_id]  # what travels in clear
     await h.feed(values[1:], lambda: len(out.sent) >= 2)
     assert {v["memory_id"] for v in out.values()} == {memory_id}
+
+
+async def test_a_stage_reports_how_long_its_batch_waited_so_recall_can_give_way(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    from agents.window import agent
+
+    h = harness(agent, "turns")
+    backlog.STAGES.clear()
+    said = orjson.dumps(turn("t", "u", "s-late", 0, "I moved to Lisbon last week."))
+    async with h.app.agents[h.stage].test_context() as ctx:
+        await ctx.put(said, key=b"t:u", timestamp=time.time() - 3.0, wait=False)  # produced 3 s ago
+        for _ in range(250):
+            if h.sink("candidates").sent:
+                break
+            await asyncio.sleep(0.02)
+    assert h.sink("candidates").sent
+    assert backlog.STAGES.behind(over=2.5, within=10.0)  # the window stage saw a 3 s wait
+    assert not backlog.STAGES.behind(over=10.0, within=10.0)
+    backlog.STAGES.clear()
