@@ -206,14 +206,8 @@ async def on_stack(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
             ),
             *(
                 [
-                    recall_load.load(
-                        stack.base_url,
-                        args.load_users,
-                        args.load_clients,
-                        args.seconds + 5,
-                        loaded,
-                        headers=stack.headers,
-                        record_access=False,
+                    recall_load.read_load(
+                        stack.base_url, args.load_users, args.load_clients, args.seconds + 5, loaded, stack.headers
                     )
                 ]
                 if args.load_clients

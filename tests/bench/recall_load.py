@@ -97,6 +97,13 @@ async def seed(
     out["vacuum_analyze_seconds"] = time.perf_counter() - vacuum_started
 
 
+async def read_load(
+    base_url: str, users: int, clients: int, seconds: float, out: dict[str, Any], headers: Mapping[str, str]
+) -> None:
+    """`clients` recalling without pause and without access marks, as the load beside another measurement."""
+    await load(base_url, users, clients, seconds, out, headers=headers, record_access=False)
+
+
 async def load(
     base_url: str,
     users: int,

@@ -99,9 +99,7 @@ async def measure(stack: Stack, plan: Plan, count: int, out: dict[str, Any]) -> 
     fresh: dict[str, Any] = {}
     settings = stack_settings(stack)
     await asyncio.gather(
-        recall_load.load(
-            url, plan.users, plan.clients, plan.fresh_seconds + 5, loaded, headers=headers, record_access=False
-        ),
+        recall_load.read_load(url, plan.users, plan.clients, plan.fresh_seconds + 5, loaded, headers),
         pipeline.freshness(settings, url, plan.fresh_rate, plan.fresh_seconds, fresh, headers=headers),
     )
     out["freshness_under_load"] = {k: fresh.get(k) for k in ("n", "misses", "p50", "p95", "p99")}

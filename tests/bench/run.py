@@ -137,14 +137,8 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
 async def freshness_under_load(stack: Stack, plan: Plan, rate: float, out: dict[str, Any]) -> None:
     loaded: dict[str, Any] = {}
     await asyncio.gather(
-        recall_load.load(
-            stack.base_url,
-            plan.load_users,
-            plan.clients,
-            plan.fresh_seconds + 5,
-            loaded,
-            headers=stack.headers,
-            record_access=False,
+        recall_load.read_load(
+            stack.base_url, plan.load_users, plan.clients, plan.fresh_seconds + 5, loaded, stack.headers
         ),
         pipeline.freshness(stack_settings(stack), stack.base_url, rate, plan.fresh_seconds, out, headers=stack.headers),
     )
