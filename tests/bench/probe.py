@@ -116,6 +116,21 @@ class ChangeWatcher(TailWatcher):
         await self._pool.close()
 
 
+def anon_rss_mib(pid: int) -> float | None:
+    """The process's resident anonymous memory now (RssAnon): the part the kernel cannot drop and read back.
+
+    The rest of the RSS is file pages (RssFile), such as an index's memory-mapped segments: they count while
+    mapped and resident, but under memory pressure the kernel evicts them.
+    """
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def peak_rss_mib(pid: int) -> float | None:
     """The process's high-water resident set (VmHWM), or None when it is gone."""
     try:

@@ -30,3 +30,15 @@ def test_a_rebuild_over_the_limit_fails_the_rss_goal_by_name() -> None:
 def test_without_a_rebuild_figure_the_stacks_largest_process_decides() -> None:
     verdict = goals(results(None))
     assert verdict["peak_rss"] == {"pass": True, "worst": "app", "mib": 3000.0}
+
+
+def test_the_anonymous_part_of_a_process_is_read_apart_from_its_peak() -> None:
+    import os
+
+    from tests.bench.probe import anon_rss_mib, peak_rss_mib
+
+    anon, peak = anon_rss_mib(os.getpid()), peak_rss_mib(os.getpid())
+    assert anon is not None
+    assert peak is not None
+    assert 0 < anon <= peak
+    assert anon_rss_mib(2**22 + 12345) is None  # no such process
