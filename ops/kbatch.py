@@ -83,7 +83,11 @@ class Header:
             return False
         if (self.producer_id, self.producer_epoch) != (before.producer_id, before.producer_epoch):
             return False
-        if self.producer_id == NO_PRODUCER or self.base_sequence == -1 or before.base_sequence == -1:
+        if self.producer_id == NO_PRODUCER:
+            # Without a producer id no broker checks sequences, and clients write what they like: aiokafka
+            # (so every Faust stage) writes 0 in every batch, the protocol says -1. Either joins.
+            return True
+        if self.base_sequence == -1 or before.base_sequence == -1:
             return self.base_sequence == before.base_sequence == -1
         return self.base_sequence == before.base_sequence + (key - before_key)
 
