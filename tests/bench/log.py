@@ -113,7 +113,9 @@ def fill(rig: Rig, n: int, spacing: float) -> None:
     now = time.time()
     for i in range(n):
         at = now - (n - i) * spacing
-        builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 16)
+        builder = DefaultRecordBatchBuilder(
+            2, 0, 0, -1, -1, 0, 1 << 16
+        )  # as aiokafka writes: no producer id, sequence 0
         builder.append(0, int(at * 1000), f"bench:u{i % 500}".encode(), turn_like(i), [])
         path = folder / f"{i:020d}.batch"
         path.write_bytes(bytes(builder.build()))

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -105,6 +105,31 @@ async def read_all(bootstrap: str, topic: str, partition: int, count: int, wait:
         return seen
     finally:
         await consumer.stop()
+
+
+def test_compaction_merges_what_a_faust_stage_writes(kept: KeptBroker) -> None:
+    """aiokafka without idempotence (every Faust stage's producer) writes base sequence 0 and no producer id.
+
+    Its batches were never merged: a soak's partitions grew by ~1,000 objects in 14 minutes, and every
+    fetch listed them all.
+    """
+    kept.create("stage", 1)
+    n = 200
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kept.bootstrap, linger_ms=0)
+        await producer.start()
+        try:
+            for i in range(n):
+                await producer.send_and_wait("stage", f"s-{i}".encode(), key=b"t:u", partition=0)
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+    wait_until(lambda: len(kept.objects("stage", 0)) < 10, 60, "compaction of aiokafka's batches")
+    seen = asyncio.run(read_all(kept.bootstrap, "stage", 0, n))
+    assert [s[0] for s in seen] == list(range(n))
+    assert [s[3] for s in seen] == [f"s-{i}".encode() for i in range(n)]
 
 
 def read_all_confluent(bootstrap: str, topic: str, partition: int, count: int) -> list[Seen]:
