@@ -87,12 +87,17 @@ async def seed(
     out["produce_seconds"] = time.perf_counter() - started
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
         out["drained"] = await wait_drained(client, budget)
-        counts = await scrape(client, "memstream_memories")
     out["seconds"] = time.perf_counter() - started
     out["memories_per_s"] = memories / out["seconds"]
-    out["memories_in_postgres"] = int(sum(v for labels, v in counts if labels.get("status") == "active"))
     vacuum_started = time.perf_counter()
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        # Counted in Postgres: the memory-count gauge is refreshed on a timer and can be a round behind.
+        cursor = await conn.execute(
+            "SELECT count(*) FROM memories WHERE tenant_id = %s AND status = 'active'", (TENANT,)
+        )
+        row = await cursor.fetchone()
+        out["memories_in_postgres"] = int(row[0]) if row else 0
+        vacuum_started = time.perf_counter()
         await conn.execute("VACUUM (ANALYZE) memories")
     out["vacuum_analyze_seconds"] = time.perf_counter() - vacuum_started
 
