@@ -116,27 +116,27 @@ class ChangeWatcher(TailWatcher):
         await self._pool.close()
 
 
-def anon_rss_mib(pid: int) -> float | None:
-    """The process's resident anonymous memory now (RssAnon): the part the kernel cannot drop and read back.
-
-    The rest of the RSS is file pages (RssFile), such as an index's memory-mapped segments: they count while
-    mapped and resident, but under memory pressure the kernel evicts them.
-    """
+def _status_mib(pid: int, field: str) -> float | None:
+    """One kB figure of /proc/<pid>/status in MiB, or None when the process is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("RssAnon:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         return None
     return None
 
 
+def anon_rss_mib(pid: int) -> float | None:
+    """The process's resident anonymous memory now (RssAnon): the part the kernel cannot drop and read back.
+
+    The rest of the RSS is file pages (RssFile), such as an index's memory-mapped segments: they count while
+    mapped and resident, but under memory pressure the kernel evicts them.
+    """
+    return _status_mib(pid, "RssAnon")
+
+
 def peak_rss_mib(pid: int) -> float | None:
     """The process's high-water resident set (VmHWM), or None when it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
+    return _status_mib(pid, "VmHWM")
     return None
