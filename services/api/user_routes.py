@@ -6,13 +6,13 @@ tenant-level read (a tenant key sees its own tenant; an operator names one).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 
 from schemas import MemoryStatus, MemoryType
 from schemas.memory import LAYER_OF_TYPE, MemoryLayer
+from schemas.validation import Timestamp
 from services.api import docs, errors
 from services.api.auth import CurrentPrincipal, tenant_scope
 from services.api.jsonbody import StrictJsonRoute
@@ -32,10 +32,11 @@ from services.api.models import (
 from services.runtime import Runtime
 from services.stores.postgres.memory_reads import memory_with_sources, tenant_users
 
-Since = Annotated[datetime | None, Query(description="Only memories observed at or after this time")]
-Until = Annotated[datetime | None, Query(description="Only memories observed before this time")]
+# RFC 3339 with an offset, as every other time memstream takes: an epoch number or a naive time is a 422.
+Since = Annotated[Timestamp | None, Query(description="Only memories observed at or after this time")]
+Until = Annotated[Timestamp | None, Query(description="Only memories observed before this time")]
 AsOf = Annotated[
-    datetime | None, Query(description="Only memories that were active memory at this time (point-in-time)")
+    Timestamp | None, Query(description="Only memories that were active memory at this time (point-in-time)")
 ]
 
 

@@ -124,3 +124,9 @@ def test_listing_filters_by_layer_time_and_point_in_time(
     assert texts(as_of=(T0 + timedelta(days=3)).isoformat()) == {held["tea"].text, held["paris"].text}
     assert texts(status="superseded") == {held["paris"].text}
     assert api.client.get(path, params={"tenant_id": TENANT, "layer": "nope"}).status_code == 422
+    # Times are RFC 3339 with an offset, as everywhere else: an epoch number (Schemathesis's find) or a naive
+    # time is refused with a message, not read as 1970.
+    for name, bad in (("since", "-1.6941360339801375e-60"), ("until", "1700000000"), ("as_of", "2026-01-01T00:00:00")):
+        refused = api.client.get(path, params={"tenant_id": TENANT, name: bad})
+        assert refused.status_code == 422, (name, bad, refused.text)
+        assert name in refused.text
