@@ -89,7 +89,6 @@ async def seed(
         out["drained"] = await wait_drained(client, budget)
     out["seconds"] = time.perf_counter() - started
     out["memories_per_s"] = memories / out["seconds"]
-    vacuum_started = time.perf_counter()
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         # Counted in Postgres: the memory-count gauge is refreshed on a timer and can be a round behind.
         cursor = await conn.execute(
