@@ -128,7 +128,8 @@ async def consume_batches(
     offset past this one. A worker stopped meanwhile leaves it to the next.
     """
     async for events in take_batches(stream, size, within):
-        backlog.STAGES.saw(stage, backlog.oldest_wait((e.message.timestamp for e in events), time.time()))
+        stamps = (e.message.timestamp for e in events if not backlog.is_read_side(e.message.headers))
+        backlog.STAGES.saw(stage, backlog.oldest_wait(stamps, time.time()))
         await outlasting(
             functools.partial(process, events),
             stage=stage,

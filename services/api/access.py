@@ -8,6 +8,8 @@ memory per window, carrying how many recalls returned it and the latest of
 them. So read traffic costs the log one entry per memory a window, however
 many recalls there are, and the consolidator applies it to Postgres's access
 columns without publishing anything (access is not a change of the memory).
+Each carries backlog.READ_SIDE, so a window's burst never reads as ingest
+falling behind (recall would then give way to its own marks).
 
 When Kafka is down the window is kept and merged into the next one (counts
 add up), bounded by `max_pending` memories: a memory beyond it is dropped
@@ -29,6 +31,7 @@ from typing import Any, Protocol
 from schemas import dumps
 from schemas.commands import AccessCommand
 from services.core import topics
+from services.core.backlog import READ_SIDE
 from services.core.config import Settings
 from services.core.kafka_auth import aiokafka_kwargs
 from services.core.metrics import ACCESS_MARKS
@@ -62,7 +65,7 @@ class Producer(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def send(self, topic: str, value: bytes, key: bytes) -> Any: ...
+    async def send(self, topic: str, value: bytes, key: bytes, headers: Sequence[tuple[str, bytes]]) -> Any: ...
 
 
 def kafka_producer(settings: Settings) -> Producer:
@@ -264,7 +267,7 @@ class AccessMarks:
     async def _send(self, producer: Producer, batch: list[AccessCommand], marks: int) -> bool:
         """Send a window and wait for the broker once; a failure drops (and counts) its marks."""
         try:
-            sent = [await producer.send(self._topic, value=dumps(c), key=c.key) for c in batch]
+            sent = [await producer.send(self._topic, value=dumps(c), key=c.key, headers=[READ_SIDE]) for c in batch]
             await asyncio.wait_for(asyncio.gather(*sent), self._connect_timeout * 2)
         except Exception as exc:
             log.warning("access marks: %d dropped: %r", marks, exc)

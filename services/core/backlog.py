@@ -9,12 +9,19 @@ and lets recalls take less of the process while ingest is behind.
 
 One record per process, as the metrics are: the stages and the read service
 share no other object (the read service runs on a copy of the Runtime).
+
+A read's own side effects do not count: recall's access marks reach the
+commands stage in one burst per window (services/api/access.py), and a mark
+applied late makes no memory stale. Counted, every burst read as ingest
+falling behind, and 8 clients recalling with marks on were paced to the
+gate's longest wait (p95 0.23 s against 0.05 s).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 
 class Backlog:
@@ -34,6 +41,17 @@ class Backlog:
 
     def clear(self) -> None:
         self._seen.clear()
+
+
+READ_SIDE: tuple[str, bytes] = ("memstream-read-side", b"1")
+"""The Kafka header a read's side effect carries, so no stage counts its wait as ingest behind."""
+
+
+def is_read_side(headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -> bool:
+    if not headers:
+        return False
+    pairs: Iterable[Any] = headers.items() if isinstance(headers, Mapping) else headers
+    return any(tuple(pair) == READ_SIDE for pair in pairs)
 
 
 def oldest_wait(stamps: Iterable[float | None], now: float) -> float:

@@ -465,3 +465,35 @@ async def test_a_stage_reports_how_long_its_batch_waited_so_recall_can_give_way(
     assert backlog.STAGES.behind(over=2.5, within=10.0)  # the window stage saw a 3 s wait
     assert not backlog.STAGES.behind(over=10.0, within=10.0)
     backlog.STAGES.clear()
+
+
+async def test_recall_access_marks_never_read_as_ingest_falling_behind(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    """Marks land in one burst per window: counted, they paced recall to the gate's longest wait under load."""
+    from agents.consolidator import commands
+    from schemas import dumps
+    from schemas.commands import AccessCommand
+
+    h = harness(commands, "commands")
+    now = datetime.now(UTC)
+    for n, (headers, counts) in enumerate((([backlog.READ_SIDE], False), ([], True))):
+        backlog.STAGES.clear()
+        mark = AccessCommand(
+            command_id=stable_id("mark", str(n)),
+            tenant_id="t",
+            user_id="u",
+            memory_ids=[stable_id("m")],
+            counts=[1],
+            last_accessed=[now],
+            at=now,
+        )
+        async with h.app.agents[h.stage].test_context() as ctx:
+            await ctx.put(dumps(mark), key=b"t:u", timestamp=time.time() - 3.0, headers=headers, wait=False)
+            for _ in range(250):
+                if backlog.STAGES.behind(over=-1.0, within=10.0):  # the stage has started the batch
+                    break
+                await asyncio.sleep(0.02)
+        assert backlog.STAGES.behind(over=-1.0, within=10.0)
+        assert backlog.STAGES.behind(over=2.5, within=10.0) is counts, headers
+    backlog.STAGES.clear()

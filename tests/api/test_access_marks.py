@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ import orjson
 
 from schemas.commands import AccessCommand
 from services.api.access import AccessMarks, Seen, access_commands
+from services.core.backlog import READ_SIDE
 from services.core.metrics import ACCESS_MARKS
 from services.core.textutil import stable_id
 
@@ -38,7 +40,8 @@ class FakeProducer:
     async def stop(self) -> None:
         self.stopped = True
 
-    async def send(self, topic: str, value: bytes, key: bytes) -> Any:
+    async def send(self, topic: str, value: bytes, key: bytes, headers: Sequence[tuple[str, bytes]]) -> Any:
+        assert list(headers) == [READ_SIDE]  # a burst of marks never reads as ingest behind (services/core/backlog.py)
         self.sent.append((topic, key, value))
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)

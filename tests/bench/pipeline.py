@@ -18,7 +18,11 @@ from typing import Any
 import httpx
 import orjson
 
+from agents.embedder.agent import texts_to_embed
+from schemas import MemoryCandidate, codec
+from services.core import topics
 from services.core.config import Settings
+from services.kafka.log_end import read_to_end
 from services.kafka.producer import TurnProducer
 from tests.bench.corpus import SUBJECTS, sentence, turn_ids
 from tests.bench.probe import ChangeWatcher, percentiles
@@ -186,3 +190,19 @@ async def freshness(
                 probes.append(asyncio.create_task(probe(user, text, token, started)))
         out["offered_turns_per_s"] = count / (time.perf_counter() - t0)
         await asyncio.gather(*probes)
+
+
+async def embedded_texts(settings: Settings, users: set[str]) -> list[str]:
+    """The texts the embedder stage was given for `users`' turns, each once, as its cache would embed them.
+
+    Read back from memory.candidates with the stage's own text function, so a
+    bare model can be timed on exactly what the pipeline embedded.
+    """
+    seen: dict[str, None] = {}
+    async for batch in read_to_end(settings, topics.CANDIDATES):
+        for message in batch:
+            if message.value is not None:
+                candidate = codec.loads(MemoryCandidate, message.value)
+                if candidate.user_id in users:
+                    seen.update(dict.fromkeys(texts_to_embed([candidate])))
+    return list(seen)

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from services.core.config import Settings
 from services.embedding import MiniLmEmbedder
 from tests.bench import auth_check, pipeline, recall_load, scaling, tracing_cost
 from tests.bench import rebuild as rebuild_bench
@@ -73,14 +74,28 @@ async def _stage(
 def embedder_ceiling(corpus: list[dict[str, Any]], n: int = 2_000) -> dict[str, Any]:
     """The bare model, in this process, on the benchmark's own turn texts."""
     texts = [e["content"] for e in corpus if "content" in e][:n]
-    model = MiniLmEmbedder()
-    model.embed(texts[:64])
+    return bare_rate(MiniLmEmbedder(), texts)
+
+
+def bare_rate(model: MiniLmEmbedder, texts: list[str]) -> dict[str, Any]:
+    model.embed(texts[:64])  # warm-up
     started = time.perf_counter()
     model.embed(texts)
     return {"texts": len(texts), "texts_per_s": len(texts) / (time.perf_counter() - started)}
 
 
-async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], results: dict[str, Any]) -> None:
+def pipeline_model_rate(settings: Settings, texts: list[str]) -> dict[str, Any]:
+    """The bare model as the pipeline builds it (services/runtime.py), on the texts the pipeline embedded.
+
+    Timed after the stack has stopped, on a quiet machine: the ceiling the
+    embedder stage could reach with every core to itself.
+    """
+    model = MiniLmEmbedder(None, settings.embed_threads, 256, settings.embed_batch_size, settings.embed_quantized)
+    return {**bare_rate(model, texts), "model": model.name} if texts else {}
+
+
+async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], results: dict[str, Any]) -> list[str]:
+    """Every stage on one stack; returns the texts the throughput stage embedded, for the bare model after it."""
     url, kafka, headers = stack.base_url, stack.bootstrap, stack.headers
     await _stage(
         results,
@@ -91,9 +106,8 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
     embedded_before = await _embedder_totals(url)
     await _stage(results, "throughput", 300, lambda o: pipeline.replay(stack_settings(stack), corpus, o))
     embedded_after = await _embedder_totals(url)
-    results["ingest_efficiency"] = ingest_efficiency(
-        {k: embedded_after[k] - embedded_before[k] for k in embedded_after}, results["throughput"], results["embedder"]
-    )
+    results["pipeline_embedded"] = {k: embedded_after[k] - embedded_before[k] for k in embedded_after}
+    texts = await pipeline.embedded_texts(stack_settings(stack), {e["user_id"] for e in corpus})
     # Offered at min(20, 0.4 x the throughput just measured): the goal is about a pipeline under half load.
     measured = results["throughput"].get("turns_per_s")
     rate = min(plan.fresh_rate, 0.4 * measured) if measured else plan.fresh_rate
@@ -132,6 +146,7 @@ async def on_stack(stack: Stack, plan: Plan, corpus: list[dict[str, Any]], resul
     await _stage(results, "auth_check", 120, lambda o: auth_check.measure(stack_settings(stack), stack.api_key, o))
     results["auth"] = auth_summary(results)
     results["peak_rss_mib"] = {"app (worker + read service, one process)": peak_rss_mib(stack.app_pid())}
+    return texts
 
 
 async def freshness_under_load(stack: Stack, plan: Plan, rate: float, out: dict[str, Any]) -> None:
@@ -158,15 +173,17 @@ async def _embedder_totals(url: str) -> dict[str, float]:
 def ingest_efficiency(
     embedded: dict[str, float], throughput: dict[str, Any], embedder: dict[str, Any]
 ) -> dict[str, Any]:
-    """Texts the pipeline embedded per second of the replay, against the bare model on the same turn texts.
+    """Texts the pipeline embedded per second of the replay, against the bare model on the same texts.
 
     A user turn embeds more than one text (its exchange, its context), so
-    turns/s against texts/s understates what the pipeline keeps of the model.
+    turns/s against texts/s understates what the pipeline keeps of the model;
+    and those texts are longer than a turn, so the bare rate is timed on them
+    (`embedder`: pipeline_model_rate), with the model the pipeline runs.
     The model's busy share of the replay, and its rate while busy, say where
     the rest went: a model slower while busy shares the cores; one idle part
     of the time waits for the stages around it.
     """
-    seconds, bare, texts = throughput.get("seconds"), embedder.get("texts_per_s"), embedded["texts"]
+    seconds, bare, texts = throughput.get("seconds"), embedder.get("texts_per_s"), embedded.get("texts")
     if not seconds or not bare or not texts:
         return {}
     per_s = texts / seconds
@@ -174,6 +191,7 @@ def ingest_efficiency(
         "texts_embedded": int(texts),
         "texts_per_turn": texts / max(throughput.get("covered") or 1, 1),
         "pipeline_texts_per_s": per_s,
+        "bare_texts": embedder.get("texts"),
         "bare_texts_per_s": bare,
         "ratio": per_s / bare,
         "model_busy_share": embedded["busy"] / seconds,
@@ -234,7 +252,13 @@ def main() -> None:
         # What `make up` runs unless MEMSTREAM_KAFKA_STORAGE says otherwise: the headline is the default (s3).
         storage = stack_settings(stack).kafka_storage
         results["stack"] = {"start_seconds": time.perf_counter() - started, "kafka_storage": storage}
-        asyncio.run(on_stack(stack, plan, corpus, results))
+        texts = asyncio.run(on_stack(stack, plan, corpus, results))
+        settings = stack_settings(stack)
+    results["embedder_same_texts"] = pipeline_model_rate(settings, texts)
+    print(f"  embedder_same_texts: {results['embedder_same_texts']}", flush=True)
+    results["ingest_efficiency"] = ingest_efficiency(
+        results.pop("pipeline_embedded", {}), results.get("throughput", {}), results["embedder_same_texts"]
+    )
     if args.scaling:
         started = time.perf_counter()
         results["worker_scaling"] = scaling.compare(conversations(plan.scaling_turns, plan.scaling_users))

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.api.read_gate import CUT_EVERY, GROWTH_PER_SECOND, ReadGate
+from services.core import backlog
 from services.core.backlog import Backlog, oldest_wait
 
 
@@ -150,3 +151,13 @@ def test_the_share_stays_between_the_floor_and_whole(steps: list[tuple[bool, flo
         backlog.saw("window", 1.0 if late else 0.0)
         share = g.refresh()
         assert floor - 1e-9 <= share <= 1.0
+
+
+def test_only_a_read_side_header_marks_an_event_as_a_reads_side_effect() -> None:
+    assert backlog.is_read_side([backlog.READ_SIDE])
+    assert backlog.is_read_side([("traceparent", b"00-ab"), backlog.READ_SIDE])
+    assert backlog.is_read_side(dict([backlog.READ_SIDE]))
+    assert not backlog.is_read_side(None)
+    assert not backlog.is_read_side([])
+    assert not backlog.is_read_side([(backlog.READ_SIDE[0], b"0")])
+    assert not backlog.is_read_side({"memstream-reason": b"1"})
