@@ -139,8 +139,9 @@ class Settings(BaseSettings):
     # Recall gives way to ingest (services/api/read_gate.py): a stage batch whose oldest event waited longer
     # than this means the stages are behind, and recall's share of the process is halved; it grows back while
     # no batch is late. The share never goes below the floor; a floor of 1 turns the gate off. No recall waits
-    # for its turn longer than read_gate_max_wait.
-    ingest_behind_seconds: float = Field(0.5, gt=0)
+    # for its turn longer than read_gate_max_wait. A hop of an idle pipeline waits ~0.1-0.3 s (batch window
+    # plus fetch), so 0.25 s trips now and then without read load, and reacts half as late as 0.5 s did.
+    ingest_behind_seconds: float = Field(0.25, gt=0)
     read_share_floor: float = Field(0.05, gt=0, le=1)
     read_gate_max_wait: float = Field(0.25, ge=0)
 
