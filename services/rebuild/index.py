@@ -33,7 +33,7 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("memstream.rebuild")
 
 PAGE = 1000
+# A bulk-built Edge shard is reopened after this many points: its writes' mapped pages count in the
+# rebuild's RSS until then (a million memories written in one go mapped ~6 GiB).
+REOPEN_EVERY = 100_000
 # The packaged MiniLM's dimension (Runtime.start assumes it too when it does not load the model).
 MINILM_DIMENSION = 384
 # Rows updated this long before a live build began are caught up as well (clock skew between hosts).
@@ -131,14 +134,17 @@ async def fill(
     *,
     since: datetime | None = None,
     bm25: Bm25Encoder | None = None,
+    after_page: Callable[[int], Awaitable[None]] | None = None,
+    page: int = PAGE,
 ) -> int:
     """Write every indexable row (updated since `since`) into `index`; points written.
 
     `bm25`: the service's encoder (Bm25Encoder.from_settings); None: the default parameters.
+    `after_page`: awaited with the points written so far after each page is in the index.
     """
     bm25 = bm25 or Bm25Encoder()
     written = 0
-    pages = indexable_rows(pool, dim, since=since)
+    pages = indexable_rows(pool, dim, since=since, page=page)
     # The next page is read from Postgres while this one is encoded and written to the index.
     ahead = asyncio.ensure_future(anext(pages, None))
     try:
@@ -148,6 +154,8 @@ async def fill(
             written += len(rows)
             if progress is not None:
                 progress.advance(len(rows))
+            if after_page is not None:
+                await after_page(written)
     finally:
         if not ahead.done():
             ahead.cancel()
@@ -159,23 +167,50 @@ async def fill(
 
 async def rebuild_edge(settings: Settings, pool: PgPool, progress: Progress) -> IndexTally:
     """Build a complete shard beside the live one, then rename it into place (the stack must be stopped)."""
-    from services.stores.qdrant_edge_index import EdgeIndex
-
     dim = model_dimension(settings)
     live = edge_path(settings)
     staging = live.with_name(live.name + ".rebuild")
     shutil.rmtree(staging, ignore_errors=True)
     total, other = await count_indexable(pool, dim)
     progress.total = total
-    index = EdgeIndex(staging)
-    await index.ensure(dim)
-    try:
-        written = await fill(index, pool, dim, progress, bm25=Bm25Encoder.from_settings(settings))
-        await index.optimize()
-    finally:
-        await index.close()
+    written = await build_edge_shard(staging, pool, dim, progress, Bm25Encoder.from_settings(settings))
     swap_in(staging, live)
     return IndexTally(memories=written, skipped=other)
+
+
+async def build_edge_shard(
+    path: Path,
+    pool: PgPool,
+    dim: int,
+    progress: Progress | None,
+    bm25: Bm25Encoder,
+    *,
+    reopen_every: int = REOPEN_EVERY,
+    page: int = PAGE,
+) -> int:
+    """A new shard at `path` with every indexable row; points written.
+
+    Written cold and reopened every `reopen_every` points, so the build holds
+    only the pages of its latest stretch, and not optimized (the service
+    places the shard back in memory when it opens it; why no optimizer:
+    services/stores/qdrant_edge_index.py).
+    """
+    from services.stores.qdrant_edge_index import EdgeIndex
+
+    index = EdgeIndex(path, cold=True)
+    await index.ensure(dim)
+    reopened = 0
+
+    async def let_go(written: int) -> None:
+        nonlocal reopened
+        if written - reopened >= reopen_every:
+            await index.reopen()
+            reopened = written
+
+    try:
+        return await fill(index, pool, dim, progress, bm25=bm25, after_page=let_go, page=page)
+    finally:
+        await index.close()
 
 
 def swap_in(staging: Path, live: Path) -> None:

@@ -148,3 +148,72 @@ async def test_points_with_and_without_context_legs_live_side_by_side(index: Vec
     assert await index.context_vectors([answer, "00000000-0000-0000-0000-000000000001"]) == {answer: [0.0, 1.0, 0.0]}
     fused = await search(index, Scope("t", "alice"), [0.0, 1.0, 0.0], bm25.query("concert"), 1)
     assert [h.id for h in fused] == [answer]
+
+
+def _stored_datatype(shard: Path) -> str | None:
+    import json
+
+    dense: dict[str, str] = json.loads((shard / "edge_config.json").read_text())["vectors"]["dense"]
+    return dense.get("datatype")
+
+
+async def test_a_new_edge_shard_keeps_float16_and_one_made_with_float32_keeps_float32(tmp_path: Path) -> None:
+    """Half the memory for new shards, while a shard from before still opens (the engine refuses a datatype
+    its segments lack) and takes writes."""
+    import qdrant_edge as qe
+
+    fresh = EdgeIndex(tmp_path / "fresh")
+    await fresh.ensure(3)
+    await fresh.close()
+    assert _stored_datatype(tmp_path / "fresh") == "float16"
+
+    old = tmp_path / "old"
+    plain = qe.EdgeVectorParams(size=3, distance=qe.Distance.Cosine)
+    sparse = qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)
+    qe.EdgeShard.create(
+        str(old),
+        qe.EdgeConfig(
+            vectors={"dense": plain, "dense_ctx": plain}, sparse_vectors={"bm25": sparse, "bm25_ctx": sparse}
+        ),
+    ).close()
+    assert _stored_datatype(old) is None  # float32, the engine's default
+    idx = EdgeIndex(old)
+    await idx.ensure(3)
+    try:
+        await idx.upsert([point("00000000-0000-0000-0000-000000000001", "alice", "I love green tea", [1, 0, 0])])
+        hits = await search(idx, Scope("t", "alice"), [1.0, 0.0, 0.0], Bm25Encoder().query("tea"), 5)
+        assert [h.id for h in hits] == ["00000000-0000-0000-0000-000000000001"]
+    finally:
+        await idx.close()
+    assert _stored_datatype(old) in (None, "float32")
+
+
+async def test_float16_vectors_find_the_neighbours_float32_finds(tmp_path: Path) -> None:
+    """MiniLM's own vectors: the shard's top 10 (float16 storage) is exact float32 cosine's top 10."""
+    import numpy as np
+
+    from services.embedding import MiniLmEmbedder
+
+    topics = ["tea", "trains", "jazz", "hiking", "tax forms", "a dog called Rex", "Berlin", "pottery", "Rust", "sleep"]
+    texts = [
+        f"{who} talked about {t} on day {d}" for t in topics for who in ("I", "My sister", "We") for d in (1, 2, 3)
+    ]
+    model = MiniLmEmbedder()
+    vectors = np.array(model.embed(texts), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    idx = EdgeIndex(tmp_path / "f16")
+    await idx.ensure(vectors.shape[1])
+    try:
+        await idx.upsert(
+            [
+                point(f"00000000-0000-0000-0000-{i:012d}", "alice", t, v.tolist())
+                for i, (t, v) in enumerate(zip(texts, vectors, strict=True))
+            ]
+        )
+        for query in ("what about the trains?", "green tea", "walks in the mountains", "her pet"):
+            q = np.array(model.embed([query])[0], dtype=np.float32)
+            exact = {f"00000000-0000-0000-0000-{i:012d}" for i in np.argsort(-(vectors @ q))[:10]}
+            legs = await idx.legs(Scope("t", "alice"), q.tolist(), Bm25Encoder().query(query), 10)
+            assert {h.id for h in legs.dense} == exact, query
+    finally:
+        await idx.close()

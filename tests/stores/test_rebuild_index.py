@@ -14,7 +14,7 @@ from qdrant_client import AsyncQdrantClient
 from schemas import ChangeOp, MemoryChange, MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.core.config import Settings
 from services.core.textutil import content_hash, stable_id
-from services.rebuild.index import edge_path, rebuild_edge, rebuild_server
+from services.rebuild.index import build_edge_shard, edge_path, rebuild_edge, rebuild_server
 from services.rebuild.progress import Progress
 from services.stores.index_feed import plan
 from services.stores.postgres import MemoryWriter, PgPool
@@ -107,6 +107,46 @@ async def test_an_edge_rebuild_replaces_the_shard_with_exactly_the_indexable_mem
         expected = as_sink_writes_it(ACTIVE[3], vector(3)).payload
         assert {k: hits[0].payload[k] for k in expected} == expected
         assert await index.versions("t", "ann", [gone.id]) == {}
+    finally:
+        await index.close()
+
+
+async def test_an_edge_build_reopened_every_few_points_holds_them_all_and_opens_in_memory_for_the_service(
+    pool: PgPool, tmp_path: Path
+) -> None:
+    """The bulk build lets go of its pages every `reopen_every` points; nothing written before a reopen is
+    lost, and the service's open puts the vectors back in memory (the build leaves them cold)."""
+    import json
+
+    await seed(pool)
+    shard = tmp_path / "built"
+    reopened: list[int] = []
+    original = EdgeIndex.reopen
+
+    async def counting(self: EdgeIndex) -> None:
+        reopened.append(await self.count())
+        await original(self)
+
+    EdgeIndex.reopen = counting  # type: ignore[method-assign]
+    try:
+        written = await build_edge_shard(shard, pool, 384, quiet(), Bm25Encoder(), reopen_every=3, page=3)
+    finally:
+        EdgeIndex.reopen = original  # type: ignore[method-assign]
+
+    assert written == len(ACTIVE)
+    assert reopened == [3, 6]  # pages of 3, 3 and 2 rows: a reopen after each 3 written
+
+    def placement() -> str:
+        return str(json.loads((shard / "edge_config.json").read_text())["vectors"]["dense"]["memory"])
+
+    assert placement() == "cold"
+    index = EdgeIndex(shard)
+    await index.ensure(384)
+    try:
+        assert placement() == "cached"
+        assert await index.count() == len(ACTIVE)
+        hits = await search(index, Scope("t", "ann"), vector(5), Bm25Encoder().query("note 5 tea"), 3)
+        assert hits[0].id == ACTIVE[5].id
     finally:
         await index.close()
 
