@@ -168,6 +168,7 @@ async def _index(
             points = [indexed(r, v, c, bm25) for r, v, c in rows]
             for start in range(0, len(points), 500):
                 await index.upsert(points[start : start + 500])
+            await index.optimize()
             yield index
         finally:
             await index.close()

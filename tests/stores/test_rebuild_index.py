@@ -114,27 +114,34 @@ async def test_an_edge_rebuild_replaces_the_shard_with_exactly_the_indexable_mem
 async def test_an_edge_build_reopened_every_few_points_holds_them_all_and_opens_in_memory_for_the_service(
     pool: PgPool, tmp_path: Path
 ) -> None:
-    """The bulk build lets go of its pages every `reopen_every` points; nothing written before a reopen is
-    lost, and the service's open puts the vectors back in memory (the build leaves them cold)."""
+    """The bulk build optimizes and lets go of its pages every `reopen_every` points; nothing written before
+    a reopen is lost, and the service's open puts the vectors back in memory (the build leaves them cold)."""
     import json
 
     await seed(pool)
     shard = tmp_path / "built"
     reopened: list[int] = []
-    original = EdgeIndex.reopen
+    optimized: list[int] = []
+    original_reopen, original_optimize = EdgeIndex.reopen, EdgeIndex.optimize
 
-    async def counting(self: EdgeIndex) -> None:
+    async def reopen(self: EdgeIndex) -> None:
         reopened.append(await self.count())
-        await original(self)
+        await original_reopen(self)
 
-    EdgeIndex.reopen = counting  # type: ignore[method-assign]
+    async def optimize(self: EdgeIndex) -> None:
+        optimized.append(await self.count())
+        await original_optimize(self)
+
+    EdgeIndex.reopen, EdgeIndex.optimize = reopen, optimize  # type: ignore[method-assign]
     try:
         written = await build_edge_shard(shard, pool, 384, quiet(), Bm25Encoder(), reopen_every=3, page=3)
     finally:
-        EdgeIndex.reopen = original  # type: ignore[method-assign]
+        EdgeIndex.reopen, EdgeIndex.optimize = original_reopen, original_optimize  # type: ignore[method-assign]
 
     assert written == len(ACTIVE)
-    assert reopened == [3, 6]  # pages of 3, 3 and 2 rows: a reopen after each 3 written
+    # Pages of 3, 3 and 2 rows: each full stretch optimized, then reopened; the last one optimized too.
+    assert reopened == [3, 6]
+    assert optimized == [3, 6, 8]
 
     def placement() -> str:
         return str(json.loads((shard / "edge_config.json").read_text())["vectors"]["dense"]["memory"])
