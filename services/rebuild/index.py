@@ -201,17 +201,22 @@ async def build_edge_shard(
     await index.ensure(dim)
     sealed = 0
 
+    async def optimize(written: int) -> None:
+        # A minute or more per stretch, during which the progress line stands still.
+        log.info("index: indexing memories %d-%d into a segment", sealed + 1, written)
+        await index.optimize()
+
     async def seal(written: int) -> None:
         nonlocal sealed
         if written - sealed >= reopen_every:
-            await index.optimize()
+            await optimize(written)
             await index.reopen()
             sealed = written
 
     try:
         written = await fill(index, pool, dim, progress, bm25=bm25, after_page=seal, page=page)
         if written > sealed:
-            await index.optimize()
+            await optimize(written)
         return written
     finally:
         await index.close()
