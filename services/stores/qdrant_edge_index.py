@@ -16,14 +16,6 @@ throughput (make bench). The engine takes concurrent reads and
 writes (Qdrant's segments are locked inside); a read may see part of a batch
 being upserted, each point whole.
 
-New shards keep their dense vectors as float16: half the disk and mapped
-memory of float32 (a 100,000-point shard of memstream's shape: 406 -> 260
-MB on disk, 617 -> 469 MiB RSS as written), while the top 10 by cosine of
-MiniLM's vectors for the 999 LoCoMo dev questions is the same set every
-time (the same order for 989; the int8 model itself moves vectors far
-more). A shard made with float32 keeps float32: the engine refuses a
-config whose datatype its segments lack.
-
 The service never optimizes its shard: the optimizer holds the GIL
 throughout (154 s for a 100,000-point segment, during which no other thread
 of the process ran). Only `memstream rebuild index` does, offline, a stretch
@@ -67,7 +59,6 @@ from services.stores.vector import (
 )
 
 _KEYWORD_FIELDS = ("tenant_id", "user_id", "type", "status")
-_FLOAT16 = "float16"
 # A bulk build's optimizer: more segments than a build makes, so it never merges them (services/rebuild/index.py).
 _BULK_SEGMENTS = 64
 R = TypeVar("R")
@@ -98,16 +89,6 @@ def _made_before_context(path: Path) -> bool:
     """An existing shard whose stored config has no context vectors."""
     stored = path / "edge_config.json"
     return stored.exists() and DENSE_CTX not in json.loads(stored.read_text()).get("vectors", {})
-
-
-def _stored_datatype(path: Path) -> qe.VectorStorageDatatype:
-    """The dense vectors' datatype an existing shard was made with; float16 for a new one."""
-    stored = path / "edge_config.json"
-    if stored.exists():
-        named = json.loads(stored.read_text()).get("vectors", {}).get(DENSE, {}).get("datatype")
-    else:
-        named = None if any(path.glob("segments*")) else _FLOAT16  # segments without a config: made before either
-    return qe.VectorStorageDatatype.Float16 if named == _FLOAT16 else qe.VectorStorageDatatype.Float32
 
 
 def _query(q: list[float] | Sparse) -> Any:
@@ -169,7 +150,6 @@ class EdgeIndex(PayloadVersions):
         dense = qe.EdgeVectorParams(
             size=dimension,
             distance=qe.Distance.Cosine,
-            datatype=_stored_datatype(self._path),
             memory=self._memory,
         )
         config = self._config = qe.EdgeConfig(

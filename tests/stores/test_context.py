@@ -112,8 +112,7 @@ async def test_an_index_rebuild_fills_the_context_legs_from_postgres(pool: PgPoo
         assert with_context.context_vector is not None
         legs = await index.legs(Scope("t", "u"), with_context.context_vector, Bm25Encoder().query("concert"), 10)
         assert [h.id for h in legs.dense_ctx] == [with_context.candidate.candidate_id]  # the opening turn has none
-        # The stored context vector itself (float16 in the shard: within 1e-3 of 1; another vector scores far lower).
-        assert legs.dense_ctx[0].score == pytest.approx(1.0, abs=1e-3)
+        assert legs.dense_ctx[0].score == pytest.approx(1.0, abs=1e-5)
         assert [h.id for h in legs.sparse_ctx] == [with_context.candidate.candidate_id]
         # The same point the sink makes of the change that added it.
         async with pool.transaction("t") as conn:
