@@ -192,8 +192,9 @@ async def build_edge_shard(
 
     Written cold, and every `reopen_every` points optimized (that stretch
     becomes a segment of its own) and reopened, so the build holds one
-    stretch's pages at a time. The service places the shard back in memory
-    when it opens it (services/stores/qdrant_edge_index.py).
+    stretch's pages at a time. The segments stay cold: the service maps a
+    user's points on that user's first recall, so its memory follows the
+    users who recall, not every memory (services/stores/qdrant_edge_index.py).
     """
     from services.stores.qdrant_edge_index import EdgeIndex
 

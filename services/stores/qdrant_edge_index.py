@@ -117,8 +117,9 @@ def private_dir(path: Path) -> None:
 class EdgeIndex(PayloadVersions):
     """`cold`: for a bulk build (services/rebuild/index.py): the shard's vectors are mapped without being
     read in when it opens, so reopening it lets go of what the build wrote, and its optimizer indexes each
-    stretch without merging segments. A shard opened without it is placed back in memory (the engine keeps
-    the placement it was last opened with)."""
+    stretch without merging segments. Those segments stay cold (each keeps the placement it was built with),
+    so the service maps a user's points on that user's first recall; a shard opened without `cold` writes
+    its new segments cached."""
 
     def __init__(self, path: Path, *, cold: bool = False) -> None:
         self._path = path

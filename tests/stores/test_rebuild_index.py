@@ -115,7 +115,8 @@ async def test_an_edge_build_reopened_every_few_points_holds_them_all_and_opens_
     pool: PgPool, tmp_path: Path
 ) -> None:
     """The bulk build optimizes and lets go of its pages every `reopen_every` points; nothing written before
-    a reopen is lost, and the service's open puts the vectors back in memory (the build leaves them cold)."""
+    a reopen is lost, and the service's open sets the shard's own placement back to cached (for what it
+    writes next; the build left it cold)."""
     import json
 
     await seed(pool)
