@@ -123,8 +123,7 @@ class EdgeIndex(PayloadVersions):
 
     def __init__(self, path: Path, *, cold: bool = False) -> None:
         self._path = path
-        self._memory = qe.Memory.Cold if cold else qe.Memory.Cached
-        self._optimizers = qe.EdgeOptimizersConfig(default_segment_number=_BULK_SEGMENTS) if cold else None
+        self._cold = cold
         self._config: qe.EdgeConfig | None = None
         self._shard: qe.EdgeShard | None = None
         self._owner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qdrant-edge")
@@ -151,7 +150,7 @@ class EdgeIndex(PayloadVersions):
         dense = qe.EdgeVectorParams(
             size=dimension,
             distance=qe.Distance.Cosine,
-            memory=self._memory,
+            memory=qe.Memory.Cold if self._cold else qe.Memory.Cached,
         )
         config = self._config = qe.EdgeConfig(
             vectors={DENSE: dense, DENSE_CTX: dense},
@@ -159,7 +158,7 @@ class EdgeIndex(PayloadVersions):
                 SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf),
                 SPARSE_CTX: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf),
             },
-            optimizers=self._optimizers,
+            optimizers=qe.EdgeOptimizersConfig(default_segment_number=_BULK_SEGMENTS) if self._cold else None,
         )
 
         def open_or_create() -> qe.EdgeShard:
