@@ -100,6 +100,13 @@ def _vectors(p: IndexedMemory) -> dict[str, Any]:
     return {name: _query(vec) for name, vec in p.named_vectors().items()}
 
 
+def _blank_and_delete(shard: qe.EdgeShard, ids: Sequence[int | UUID | str]) -> None:
+    """Delete points so that they leave BM25's IDF at once (services.stores.vector: deleting a point)."""
+    if ids:
+        shard.update(qe.UpdateOperation.upsert_points([qe.Point(i, {}, {}) for i in ids]))
+        shard.update(qe.UpdateOperation.delete_points(list(ids)))
+
+
 def private_dir(path: Path) -> None:
     """`path` and every directory created for it are 0700: the shard holds every memory's text in clear.
 
@@ -193,11 +200,22 @@ class EdgeIndex(PayloadVersions):
     async def delete(self, ids: Sequence[str]) -> None:
         if ids:
             shard = self.shard
-            await self._on_owner("delete", lambda: shard.update(qe.UpdateOperation.delete_points(list(ids))))
+            await self._on_owner("delete", lambda: _blank_and_delete(shard, list(ids)))
 
     async def delete_scope(self, tenant_id: str, user_id: str) -> None:
         flt, shard = _user_filter(tenant_id, user_id), self.shard
-        await self._on_owner("delete_scope", lambda: shard.update(qe.UpdateOperation.delete_points_by_filter(flt)))
+
+        def delete_all() -> None:
+            offset: Any = None
+            while True:
+                request = qe.ScrollRequest(offset=offset, limit=1000, filter=flt, with_payload=False, with_vector=False)
+                records, offset = shard.scroll(request)
+                _blank_and_delete(shard, [r.id for r in records])
+                if offset is None:
+                    break
+            shard.update(qe.UpdateOperation.delete_points_by_filter(flt))  # whatever a scroll page missed
+
+        await self._on_owner("delete_scope", delete_all)
 
     async def count_scope(self, tenant_id: str, user_id: str) -> int:
         flt, shard = _user_filter(tenant_id, user_id), self.shard

@@ -114,12 +114,28 @@ class ServerIndex(PayloadVersions):
     async def delete(self, ids: Sequence[str]) -> None:
         if ids:
             async with qdrant_call("delete"):
-                await self._client.delete(self._collection, points_selector=models.PointIdsList(points=list(ids)))
+                await self._blank_and_delete(list(ids))
+
+    async def _blank_and_delete(self, ids: list[models.ExtendedPointId]) -> None:
+        """Delete points so that they leave BM25's IDF at once (services.stores.vector: deleting a point)."""
+        blanks = [models.PointStruct(id=i, vector={}, payload={}) for i in ids]
+        await self._client.upsert(self._collection, points=blanks)
+        await self._client.delete(self._collection, points_selector=models.PointIdsList(points=ids))
 
     async def delete_scope(self, tenant_id: str, user_id: str) -> None:
-        selector = models.FilterSelector(filter=_user_filter(tenant_id, user_id))
+        flt = _user_filter(tenant_id, user_id)
+        offset: Any = None
         async with qdrant_call("delete_scope"):
-            await self._client.delete(self._collection, points_selector=selector)
+            while True:
+                points, offset = await self._client.scroll(
+                    self._collection, scroll_filter=flt, limit=1000, offset=offset, with_payload=False
+                )
+                if points:
+                    await self._blank_and_delete([p.id for p in points])
+                if offset is None:
+                    break
+            # Whatever a scroll page missed.
+            await self._client.delete(self._collection, points_selector=models.FilterSelector(filter=flt))
 
     async def count_scope(self, tenant_id: str, user_id: str) -> int:
         flt = _user_filter(tenant_id, user_id)

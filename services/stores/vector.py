@@ -15,6 +15,14 @@ documents and queries; the IDF comes from the index (the sparse vectors are
 declared with Qdrant's IDF modifier), so it follows the collection as it
 grows. Changing k1, b or the average lengths changes every document's
 weights: `memstream rebuild index` re-encodes them.
+
+Deleting a point: the engine's IDF counts every point that holds a sparse
+vector, deleted ones too, until their segment is rewritten (the embedded
+shard never is while it serves). Both engines therefore first overwrite a
+point they delete with an empty one (no vectors, no payload), which leaves
+the counts at once, and then delete it. So the IDF is always that of the
+active memories: the live index ranks as one rebuilt from Postgres does, and
+superseded, deleted and forgotten memories stop weighing in anyone's recall.
 """
 
 from __future__ import annotations

@@ -148,3 +148,56 @@ async def test_points_with_and_without_context_legs_live_side_by_side(index: Vec
     assert await index.context_vectors([answer, "00000000-0000-0000-0000-000000000001"]) == {answer: [0.0, 1.0, 0.0]}
     fused = await search(index, Scope("t", "alice"), [0.0, 1.0, 0.0], bm25.query("concert"), 1)
     assert [h.id for h in fused] == [answer]
+
+
+async def _fresh(kind: str, tmp_path: Path, name: str) -> VectorIndex:
+    idx: VectorIndex = EdgeIndex(tmp_path / name) if kind == "edge" else ServerIndex(":memory:", name)
+    await idx.ensure(3)
+    return idx
+
+
+def _exchange(pid: int, user: str, text: str, before: str) -> IndexedMemory:
+    bm25 = Bm25Encoder()
+    payload = {"tenant_id": "t", "user_id": user, "type": "exchange", "status": "active", "text": text}
+    vec = [1.0, float(pid % 3), 0.5]
+    return IndexedMemory(
+        f"00000000-0000-0000-0000-{pid:012d}",
+        vec,
+        bm25.document(text),
+        payload,
+        dense_ctx=vec,
+        sparse_ctx=bm25.context_document([before], text),
+    )
+
+
+@pytest.mark.parametrize("kind", ["edge", "server"])
+async def test_deleted_and_forgotten_memories_leave_the_bm25_idf_at_once(kind: str, tmp_path: Path) -> None:
+    """The engine's IDF counted deleted points until their segment was rewritten: a live index ranked
+    differently from one rebuilt from its active memories, and forgotten users' words weighed in."""
+    kept = [
+        _exchange(1, "alice", "I live in Pune and work as a nurse", "Where do you live?"),
+        _exchange(2, "alice", "I prefer green tea over coffee", "What do you drink?"),
+        _exchange(3, "alice", "We hiked near the glacier lake", "What did you do?"),
+    ]
+    gone = [_exchange(10 + i, "alice", f"I lived in Pune in {2000 + i}", "Pune again?") for i in range(6)]
+    forgotten = [_exchange(20 + i, "bob", "green tea in Pune, every day", "Tea?") for i in range(6)]
+    live = await _fresh(kind, tmp_path, "live")
+    rebuilt = await _fresh(kind, tmp_path, "rebuilt")
+    try:
+        await live.upsert(kept + gone + forgotten)
+        await live.upsert(kept[:1])  # a reinforced memory, written again
+        await live.delete([p.id for p in gone])
+        await live.delete_scope("t", "bob")
+        await rebuilt.upsert(kept)
+
+        bm25 = Bm25Encoder()
+        for query in ("where does the user live, Pune?", "green tea", "glacier lake hike"):
+            was = await live.legs(Scope("t", "alice"), [1.0, 0.0, 0.5], bm25.query(query), 10)
+            now = await rebuilt.legs(Scope("t", "alice"), [1.0, 0.0, 0.5], bm25.query(query), 10)
+            for leg_was, leg_now in zip(was.all(), now.all(), strict=True):
+                assert [h.id for h in leg_was] == [h.id for h in leg_now], query
+                assert [h.score for h in leg_was] == pytest.approx([h.score for h in leg_now], rel=1e-6), query
+        assert await live.count() == await rebuilt.count() == len(kept)
+    finally:
+        await live.close()
+        await rebuilt.close()
