@@ -28,7 +28,7 @@ from services.archive.keys import KeyStore
 from services.core.open_questions import touches
 from services.core.textutil import stable_id
 from services.stores.postgres import MemoryReader, MemoryWriter, Outbox, OutboxMessage, PgPool, WindowStore
-from services.stores.postgres.maintenance import idle_sessions
+from services.stores.postgres.maintenance import IDLE_SESSIONS, idle_sessions
 from tests.factories import turn_event
 from tests.store_reads import open_questions
 from tests.unit.test_questions import question_record
@@ -257,3 +257,26 @@ async def test_idle_sessions_are_open_ones_whose_last_turn_is_old(pool: PgPool) 
         )
     found = await idle_sessions(pool, turn.ts + timedelta(hours=1))
     assert [(s.session_id, s.last_turn_at) for s in found] == [("open", turn.ts)]
+
+
+async def test_the_idle_check_reads_open_sessions_only_however_many_have_closed(pool: PgPool) -> None:
+    """A check every few seconds must not read every session ever held (closed ones stay in the table)."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    async with pool.transaction("t") as conn:
+        await conn.execute(
+            """INSERT INTO sessions (tenant_id, user_id, session_id, last_turn_at, closed_at)
+               SELECT 'idx', 'u' || (i %% 500), 's' || i, %s - i * interval '1 second', %s
+               FROM generate_series(1, 20000) AS i""",
+            (at, at),
+        )
+        await conn.execute(
+            """INSERT INTO sessions (tenant_id, user_id, session_id, last_turn_at)
+               SELECT 'idx', 'open', 's' || i, %s - i * interval '1 hour' FROM generate_series(1, 3) AS i""",
+            (at,),
+        )
+        await conn.execute("ANALYZE sessions")
+        cur = await conn.execute("EXPLAIN (FORMAT JSON) " + IDLE_SESSIONS, (at, 1000))
+        plan = str(await cur.fetchone())
+    assert "sessions_open_by_last_turn" in plan, plan
+    found = await idle_sessions(pool, at)
+    assert [s.session_id for s in found if s.tenant_id == "idx"] == ["s3", "s2", "s1"]

@@ -61,14 +61,15 @@ async def load_user(conn: Conn, tenant_id: str, user_id: str) -> UserRows:
     return UserRows(records, vectors, {r["id"] for r in await cur.fetchall()})
 
 
+# Read through the partial index of open sessions (migration 016): closed sessions stay in the table.
+IDLE_SESSIONS = """SELECT tenant_id, user_id, session_id, last_turn_at FROM sessions
+                   WHERE closed_at IS NULL AND last_turn_at < %s ORDER BY last_turn_at LIMIT %s"""
+
+
 async def idle_sessions(pool: PgPool, before: datetime, limit: int = 1000) -> list[IdleSession]:
     """Open sessions whose last turn is older than `before`, oldest first."""
     async with pool.connection("idle_sessions") as conn:
-        cur = await conn.execute(
-            """SELECT tenant_id, user_id, session_id, last_turn_at FROM sessions
-               WHERE closed_at IS NULL AND last_turn_at < %s ORDER BY last_turn_at LIMIT %s""",
-            (before, limit),
-        )
+        cur = await conn.execute(IDLE_SESSIONS, (before, limit))
         return [
             IdleSession(r["tenant_id"], r["user_id"], r["session_id"], r["last_turn_at"]) for r in await cur.fetchall()
         ]
