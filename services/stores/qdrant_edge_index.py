@@ -44,6 +44,7 @@ from services.stores.vector import (
     DENSE,
     DENSE_CTX,
     OUTDATED_INDEX,
+    SCOPE_PAGE,
     SPARSE,
     SPARSE_CTX,
     Hit,
@@ -100,11 +101,11 @@ def _vectors(p: IndexedMemory) -> dict[str, Any]:
     return {name: _query(vec) for name, vec in p.named_vectors().items()}
 
 
-def _blank_and_delete(shard: qe.EdgeShard, ids: Sequence[int | UUID | str]) -> None:
+def _blank_and_delete(shard: qe.EdgeShard, ids: list[int | UUID | str]) -> None:
     """Delete points so that they leave BM25's IDF at once (services.stores.vector: deleting a point)."""
     if ids:
         shard.update(qe.UpdateOperation.upsert_points([qe.Point(i, {}, {}) for i in ids]))
-        shard.update(qe.UpdateOperation.delete_points(list(ids)))
+        shard.update(qe.UpdateOperation.delete_points(ids))
 
 
 def private_dir(path: Path) -> None:
@@ -200,7 +201,8 @@ class EdgeIndex(PayloadVersions):
     async def delete(self, ids: Sequence[str]) -> None:
         if ids:
             shard = self.shard
-            await self._on_owner("delete", lambda: _blank_and_delete(shard, list(ids)))
+            wanted: list[int | UUID | str] = list(ids)
+            await self._on_owner("delete", lambda: _blank_and_delete(shard, wanted))
 
     async def delete_scope(self, tenant_id: str, user_id: str) -> None:
         flt, shard = _user_filter(tenant_id, user_id), self.shard
@@ -208,7 +210,9 @@ class EdgeIndex(PayloadVersions):
         def delete_all() -> None:
             offset: Any = None
             while True:
-                request = qe.ScrollRequest(offset=offset, limit=1000, filter=flt, with_payload=False, with_vector=False)
+                request = qe.ScrollRequest(
+                    offset=offset, limit=SCOPE_PAGE, filter=flt, with_payload=False, with_vector=False
+                )
                 records, offset = shard.scroll(request)
                 _blank_and_delete(shard, [r.id for r in records])
                 if offset is None:

@@ -18,6 +18,7 @@ from services.stores.vector import (
     DENSE,
     DENSE_CTX,
     OUTDATED_INDEX,
+    SCOPE_PAGE,
     SPARSE,
     SPARSE_CTX,
     Hit,
@@ -128,7 +129,7 @@ class ServerIndex(PayloadVersions):
         async with qdrant_call("delete_scope"):
             while True:
                 points, offset = await self._client.scroll(
-                    self._collection, scroll_filter=flt, limit=1000, offset=offset, with_payload=False
+                    self._collection, scroll_filter=flt, limit=SCOPE_PAGE, offset=offset, with_payload=False
                 )
                 if points:
                     await self._blank_and_delete([p.id for p in points])

@@ -40,6 +40,8 @@ SPARSE = "bm25"
 DENSE_CTX = "dense_ctx"
 SPARSE_CTX = "bm25_ctx"
 VECTOR_NAMES = (DENSE, SPARSE, DENSE_CTX, SPARSE_CTX)
+# Points a forget reads and deletes at a time (delete_scope: each is blanked first, see above).
+SCOPE_PAGE = 1000
 # How many of an exchange's context turns (the last ones) its dense context vector reads: the turn before
 # it only (MiniLM reads ~256 word pieces; a third turn mostly dilutes the pair). BM25 reads them all.
 DENSE_CONTEXT_TURNS = 1
