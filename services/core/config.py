@@ -112,7 +112,7 @@ class Settings(BaseSettings):
     embed_cache_size: int = 50_000
     # CPU threads the MiniLM model uses per call (ONNX intra-op threads).
     embed_threads: int = 2
-    # int8 MiniLM: about twice the texts per CPU second, vectors within cosine ~0.99 of float32 (docs/concepts/pipeline.md).
+    # int8 MiniLM: about twice the texts per CPU second, vectors within cosine ~0.995 of float32 (docs/concepts/pipeline.md).
     embed_quantized: bool = True
     # Recall's query vectors kept by exact text (services/embedding/query_cache.py); ~1.5 KB each with MiniLM.
     query_cache_size: int = Field(10_000, ge=0)

@@ -41,6 +41,26 @@ def test_int8_vectors_stay_close_to_float32_and_rank_alike(model: MiniLmEmbedder
     assert float_order.tolist() == int8_order.tolist() == [1, 0, 3, 2]
 
 
+def test_an_int8_vector_does_not_depend_on_the_texts_embedded_with_it() -> None:
+    """Activation scales are per token: with ORT's per-tensor scale a text's vector moved with its batch
+    (cosine 0.95 against the same text alone), so a memory's or a query's vector depended on what else was
+    embedded at that moment, and a rebuild's differed from the live one's."""
+    int8 = MiniLmEmbedder(threads=2, quantized=True)
+    texts = [
+        "where does the user live?",
+        "what does the user drink?",
+        "I LIVE IN PUNE!!! 2026-11-28 12:00 #nurse @home $$$ 100%",
+        "We went hiking near the glacier lake and it rained all afternoon.",
+        "My favorite music is late baroque chamber music, mostly Telemann.",
+    ]
+    together = np.array(int8.embed(texts))
+    for i, text in enumerate(texts):
+        alone = np.array(int8.embed([text])[0])
+        beside_one = np.array(int8.embed([text, texts[(i + 2) % len(texts)]])[0])
+        assert together[i] @ alone > 0.99999, text
+        assert beside_one @ alone > 0.99999, text
+
+
 def test_batch_order_is_preserved_despite_length_sorting(model: MiniLmEmbedder) -> None:
     texts = ["a much longer sentence about coffee and mornings", "short", "medium length text"]
     together = model.embed(texts)
