@@ -35,6 +35,10 @@ COLUMNS = """id, tenant_id, user_id, type, text, content_hash, category, key_nam
 status, observed_at, created_at, updated_at, superseded_at, superseded_by, source_session_id, provenance, entities,
 access_count, reinforcement_count, version, last_accessed_at, compressed, question, embedding::text AS embedding"""
 QUERIES = ["where does the user live?", "what does the user drink?", "what music does the user like?"]
+# How far a recall score may move (see assert_answers_as_before): over the very vectors, only the rounding of
+# the answer's six decimals; over a generation that embedded every text again (in other batches), float noise.
+SAME_VECTORS = 2e-6
+EMBEDDED_AGAIN = 1e-4
 
 
 def conversation(user: str, start: datetime) -> list[dict[str, Any]]:
@@ -70,12 +74,49 @@ def memstream(stack_env: dict[str, str], *args: str, **env: str) -> subprocess.C
     return done
 
 
-def recalled(stack: Stack, user: str) -> list[list[tuple[str, str]]]:
-    """Ids and texts of every query's answer; `record_access` off, so asking changes nothing."""
-    return [
-        [(m["id"], m["text"]) for m in stack.recall(TENANT, user, q, record_access=False, top_k=5)["memories"]]
-        for q in QUERIES
+def scored(stack: Stack, users: list[str]) -> dict[str, list[list[dict[str, Any]]]]:
+    """Every user's answer to every query, whole; `record_access` off, so asking changes nothing."""
+    return {
+        user: [stack.recall(TENANT, user, q, record_access=False, top_k=5)["memories"] for q in QUERIES]
+        for user in users
+    }
+
+
+def reordered_beyond(before: list[dict[str, Any]], now: list[dict[str, Any]], tolerance: float) -> list[str]:
+    """What differs between two answers to one query beyond `tolerance`: other memories, a score that moved
+    by more, or two memories in the other order whose scores were further apart than that."""
+    was = {m["id"]: m["score"] for m in before}
+    got = {m["id"]: m["score"] for m in now}
+    if set(was) != set(got):
+        return [f"other memories: {sorted(set(was) ^ set(got))}"]
+    moved = [f"{i} scored {was[i]} then {got[i]}" for i in was if abs(was[i] - got[i]) > tolerance]
+    order = [m["id"] for m in now]
+    swapped = [
+        f"{a} ({was[a]}) now after {b} ({was[b]})"
+        for n, a in enumerate(m["id"] for m in before)
+        for b in [m["id"] for m in before][n + 1 :]
+        if order.index(a) > order.index(b) and abs(was[a] - was[b]) > tolerance
     ]
+    return moved + swapped
+
+
+def assert_answers_as_before(stack: Stack, phases: Phases, tolerance: float) -> None:
+    """Recall answers each user as it did over the live memories: the same memories, each scored within
+    `tolerance` of before, and in the same order but for memories whose scores were within it of each other.
+
+    The answers have a near-tie (to "where does the user live?", once the user deleted the music turn:
+    0.3613 against 0.3603), which caught two faults: BM25's IDF counting deleted points, and int8 vectors
+    that moved with their batch (services/embedding/minilm_graph.py), so a rebuild that embedded the texts
+    again, or the same query embedded at another moment, scored ~0.01 apart and swapped it.
+    """
+    now = scored(stack, phases.users)
+    differences = [
+        f"{user} {q!r}: {difference}"
+        for user in phases.users
+        for q, before, after in zip(QUERIES, phases.answers[user], now[user], strict=True)
+        for difference in reordered_beyond(before, after, tolerance)
+    ]
+    assert not differences, "\n".join(differences)
 
 
 class Phases:
@@ -85,7 +126,7 @@ class Phases:
         self.data_dir = data_dir
         self.users = [f"u-{uuid.uuid4().hex[:6]}" for _ in range(3)]
         self.live: list[dict[str, Any]] = []
-        self.answers: dict[str, list[list[tuple[str, str]]]] = {}
+        self.answers: dict[str, list[list[dict[str, Any]]]] = {}
         self._running = running
         self.stack = self.restart()
 
@@ -113,8 +154,13 @@ async def phases(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Phas
         start = datetime.now(UTC) - timedelta(minutes=8)
         await produce(stack.bootstrap, [e for user in phases.users for e in conversation(user, start)])
         wait_for(lambda: any(r["status"] == "superseded" for r in snapshot(dsn)), 120, "a superseded fact")
-        # A user deletes a memory: every rebuild must keep it deleted (a tombstone, never the memory again).
-        music = next(r for r in settled(dsn) if r["user_id"] == phases.users[0] and "baroque" in r["text"])
+        # A user deletes a memory (their music turn): every rebuild must keep it deleted (a tombstone, never the
+        # memory again).
+        music = next(
+            r
+            for r in settled(dsn)
+            if r["user_id"] == phases.users[0] and r["type"] == "exchange" and "baroque" in r["text"]
+        )
         path = f"/v1/users/{phases.users[0]}/memories/{music['id']}"
         deleted = stack.request("DELETE", path, params={"tenant_id": TENANT, "wait": "true"})
         assert deleted.status_code == 200, deleted.text
@@ -122,7 +168,7 @@ async def phases(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Phas
         assert {r["type"] for r in phases.live} >= {"fact", "preference", "exchange"}
         assert {r["status"] for r in phases.live} >= {"active", "superseded", "deleted"}
         assert any(r["reinforcement_count"] > 0 for r in phases.live)
-        phases.answers = {user: recalled(stack, user) for user in phases.users}
+        phases.answers = scored(stack, phases.users)
         assert all(any(answer) for answer in phases.answers.values())
         yield phases
 
@@ -151,7 +197,7 @@ def test_rebuilding_the_store_from_changes_gives_the_same_memories(phases: Phase
     done = memstream(stack.env, "rebuild", "store", "--from", "changes", "--keys-from", dsn, MEMSTREAM_PG_DSN=fresh)
     assert done.returncode == 0, done.stderr
     assert snapshot(fresh) == phases.live
-    assert {user: recalled(stack, user) for user in phases.users} == phases.answers
+    assert_answers_as_before(stack, phases, SAME_VECTORS)
 
 
 # What a generation rebuilt from the archive must reproduce: everything but when the consolidator ran
@@ -201,7 +247,7 @@ async def test_a_generation_rebuilt_from_the_archive_holds_the_same_memories_and
 
     assert memstream(stack.env, "generation", "switch", "v2").returncode == 0
     wait_for(lambda: ready_generation(stack) == "v2", 30, "the read service on generation v2")
-    assert {user: recalled(stack, user) for user in phases.users} == phases.answers
+    assert_answers_as_before(stack, phases, EMBEDDED_AGAIN)
     metrics = stack.request("GET", "/metrics").text
     assert 'memstream_generation_serving{generation="v2"} 1.0' in metrics
     assert memstream(stack.env, "generation", "drop", "v2").returncode == 1  # it serves
@@ -230,16 +276,22 @@ async def test_a_generation_rebuilt_from_the_archive_holds_the_same_memories_and
     ]
     assert snapshot(dsn) == phases.live  # the default generation was never touched
 
+    # The module's state again: the newcomer forgotten, the index's BM25 statistics those of the module's
+    # memories alone, recall as it was to the float.
+    forgot = stack.request("DELETE", f"/v1/users/{newcomer}", params={"tenant_id": LIVE, "wait": "true"})
+    assert forgot.status_code == 200, forgot.text
+    assert_answers_as_before(stack, phases, SAME_VECTORS)
+
 
 def test_rebuilding_the_index_with_the_stack_stopped_answers_recall_the_same(phases: Phases) -> None:
     settings = stack_settings(phases.stack)
     refused = memstream(phases.stack.env, "rebuild", "index")
     assert refused.returncode == 1
     assert "stop the stack" in refused.stderr
-    with psycopg.connect(settings.pg_dsn) as conn:  # every tenant's: the generation test, if it ran, added one
+    with psycopg.connect(settings.pg_dsn) as conn:  # every tenant's: the rebuild writes them all
         row = conn.execute("SELECT count(*) FROM memories WHERE status = 'active'").fetchone()
     active = row[0] if row else 0
-    assert active >= sum(r["status"] == "active" for r in phases.live)
+    assert active == sum(r["status"] == "active" for r in phases.live)
     # Stop the stack: the app owned the shard.
     phases.stop()
     shutil.rmtree(edge_path(settings))
@@ -250,4 +302,4 @@ def test_rebuilding_the_index_with_the_stack_stopped_answers_recall_the_same(pha
     assert f"index rebuilt: {active} memories" in done.stdout
     again = phases.restart()  # running again for whichever test comes next
     assert snapshot(stack_settings(again).pg_dsn) == phases.live
-    assert {user: recalled(again, user) for user in phases.users} == phases.answers
+    assert_answers_as_before(again, phases, SAME_VECTORS)
