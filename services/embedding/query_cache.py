@@ -12,6 +12,8 @@ A miss is computed once however many requests ask for it meanwhile
 (single-flight), and the misses that arrive while the model is busy go
 to it together as one batch when it is free: on two cores eight queries in
 one call cost far less than eight calls, and an idle service adds no wait.
+A query's vector is the same whichever queries share its batch (the int8
+model scales activations per token: services/embedding/minilm_graph.py).
 
 Vectors are kept as float32 arrays (1.5 KB for MiniLM instead of 12 KB as a
 list of floats), and every caller gets its own list: a caller that changes
