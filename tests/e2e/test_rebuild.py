@@ -90,12 +90,13 @@ def reordered_beyond(before: list[dict[str, Any]], now: list[dict[str, Any]], to
     if set(was) != set(got):
         return [f"other memories: {sorted(set(was) ^ set(got))}"]
     moved = [f"{i} scored {was[i]} then {got[i]}" for i in was if abs(was[i] - got[i]) > tolerance]
-    order = [m["id"] for m in now]
+    first = [m["id"] for m in before]
+    place = {m["id"]: n for n, m in enumerate(now)}
     swapped = [
         f"{a} ({was[a]}) now after {b} ({was[b]})"
-        for n, a in enumerate(m["id"] for m in before)
-        for b in [m["id"] for m in before][n + 1 :]
-        if order.index(a) > order.index(b) and abs(was[a] - was[b]) > tolerance
+        for n, a in enumerate(first)
+        for b in first[n + 1 :]
+        if place[a] > place[b] and abs(was[a] - was[b]) > tolerance
     ]
     return moved + swapped
 
