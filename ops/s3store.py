@@ -27,8 +27,8 @@ folder is kept 0700, so the files themselves are the owner's alone too.
 Also: listings served from a sorted in-memory view of the folders
 (ops/s3listing.py: localbucket walks the whole bucket for every page, and
 tansu lists a partition on every fetch), DeleteObjects (tansu deletes a
-topic's objects in bulk), and a start-up sweep of temporary files a killed
-server left behind.
+topic's objects in bulk), a start-up sweep of temporary files a killed
+server left behind, and a bound on localbucket's ETag cache (`RecentETags`).
 
 Durability: an object is written to a temporary file and renamed over the
 key, so a crash (kill -9) leaves the old or the new object, never a mix.
@@ -50,6 +50,7 @@ import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from email.utils import formatdate
 from http import HTTPStatus
@@ -90,6 +91,40 @@ class KeyLocks:
     def held(self, path: Path) -> Iterator[None]:
         with self._locks[hash(str(path)) % len(self._locks)]:
             yield
+
+
+# localbucket's cached ETags kept at most (a file's stat signature and MD5, ~400 B each).
+ETAG_CACHE_ENTRIES = 4096
+StatSignature = tuple[int, int, int, int]
+
+
+class RecentETags(OrderedDict[str, tuple[StatSignature, str]]):
+    """localbucket's ETag cache with a bound: the newest `limit` entries by write, the oldest dropped first.
+
+    localbucket remembers the ETag of every file it writes or hashes, in a
+    module dict that nothing prunes, not even a delete. tansu writes a new
+    key per produce request, so the store grew by one entry per request for
+    as long as it ran (measured: ~4 MiB a minute at 20 turns/s, most of the
+    store's growth in an hour's soak). An entry is checked against the
+    file's stat signature before use, so a dropped one only costs a re-hash.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, path: str, entry: tuple[StatSignature, str]) -> None:
+        super().__setitem__(path, entry)
+        self.move_to_end(path)
+        while len(self) > self.limit:
+            self.popitem(last=False)
+
+
+def bound_etag_cache(limit: int = ETAG_CACHE_ENTRIES) -> None:
+    """Swap localbucket's unbounded ETag cache for a `RecentETags` (once per process; it is module state)."""
+    with localbucket._etag_lock:
+        if not isinstance(localbucket._etag_cache, RecentETags):
+            localbucket._etag_cache = RecentETags(limit)
 
 
 def no_such_key() -> Exception:
@@ -391,6 +426,7 @@ def make_server(
     `server.keeper` cleans the first bucket's log (ops/logkeeper.py), `retention`
     (topic -> ms, -1 forever) overriding the topics' own; it starts with `server.keeper.start()`.
     """
+    bound_etag_cache()
     root = private_dir(root.resolve())
     for bucket in buckets:
         (root / bucket).mkdir(exist_ok=True)

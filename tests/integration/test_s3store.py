@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from ops.s3auth import Credentials, sign
 from ops.s3listing import Listings, Page, first_component
-from ops.s3store import make_server, sweep_temporary
+from ops.s3store import RecentETags, make_server, sweep_temporary
 
 BUCKET = "tansu"
 CREDENTIALS = Credentials.generate()
@@ -203,6 +203,25 @@ def test_a_get_names_the_bytes_it_returned_while_the_object_is_replaced(port: in
         writer.join()
     assert reads > 50
     assert mismatched == 0
+
+
+def test_the_etag_cache_stays_bounded_however_many_objects_are_written(
+    port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tansu writes a new key per produce request; localbucket's own cache kept every one for good."""
+    cache = localbucket._etag_cache
+    assert isinstance(cache, RecentETags)
+    monkeypatch.setattr(cache, "limit", 20)
+    client = Client(port)
+    first = client.put("meta.json", b'{"v": 0}')
+    for n in range(200):
+        assert client.put(f"topic/partitions/0/records/{n:020d}.batch", b"x" * (n + 1)).status == 200
+    assert len(cache) <= 20
+    assert client.put("meta.json", b'{"v": 1}', If_Match=f'"{md5(b"other")}"').status == 412
+    replaced = client.put("meta.json", b'{"v": 1}', If_Match=f'"{first.etag}"')  # its entry was dropped: re-hashed
+    assert replaced.status == 200
+    assert client.put("meta.json", b'{"v": 2}', If_Match=f'"{first.etag}"').status == 412
+    assert client.get("meta.json").body == b'{"v": 1}'
 
 
 def test_conditional_reads(port: int) -> None:
