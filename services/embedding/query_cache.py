@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from services.core.metrics import QUERY_BATCHES, QUERY_CACHE
-from services.embedding.embedder import CachedEmbedder, Embedder, Vector
+from services.embedding.embedder import CachedEmbedder, Embedder, Vector, packed, unpacked
 
 
 def _retrieve(future: asyncio.Future[Vector]) -> None:
@@ -67,8 +67,7 @@ class QueryEmbeddings:
         if cached is not None:
             self._cache.move_to_end(text)
             QUERY_CACHE.labels(result="hit").inc()
-            vector: Vector = cached.tolist()
-            return vector
+            return unpacked(cached)
         future = self._inflight.get(text)
         if future is None:
             QUERY_CACHE.labels(result="miss").inc()
@@ -105,7 +104,7 @@ class QueryEmbeddings:
                     self._inflight.pop(text).set_exception(exc)
                 continue
             for text, vector in zip(batch, vectors, strict=True):
-                self._store(text, np.asarray(vector, dtype=np.float32))
+                self._store(text, packed(vector))
                 self._inflight.pop(text).set_result(vector)
 
     def _store(self, text: str, vector: npt.NDArray[np.float32]) -> None:
