@@ -38,15 +38,21 @@ def span(stage: str, count: int) -> Iterator[None]:
         metrics.STAGE_LATENCY.labels(stage=stage).observe(time.perf_counter() - started)
 
 
-async def forward(topic: Any, stage: str, models: Sequence[Any]) -> None:
+async def forward(topic: Any, stage: str, models: Sequence[Any], headers: Sequence[tuple[str, bytes]] = ()) -> None:
     """Send keyed models; the producer batches, we await delivery once at the end."""
-    await send_all(topic, stage, [(m.key, codec.dumps(m)) for m in models])
+    await send_all(topic, stage, [(m.key, codec.dumps(m)) for m in models], headers)
 
 
-async def send_all(topic: Any, stage: str, messages: Sequence[tuple[bytes, bytes]]) -> None:
-    """Send (key, value) pairs and wait until the broker has every one (a failure raises once all have settled)."""
-    traced = tracing.header_kwargs()  # the batch span's context, when tracing is on
-    await acknowledged([await topic.send(key=key, value=value, **traced) for key, value in messages])
+async def send_all(
+    topic: Any, stage: str, messages: Sequence[tuple[bytes, bytes]], headers: Sequence[tuple[str, bytes]] = ()
+) -> None:
+    """Send (key, value) pairs, each with `headers`, and wait until the broker has every one.
+
+    A failure raises once all have settled.
+    """
+    sent = [*headers, *tracing.header_kwargs().get("headers", ())]  # and the batch span's context, when tracing is on
+    extra = {"headers": sent} if sent else {}
+    await acknowledged([await topic.send(key=key, value=value, **extra) for key, value in messages])
     if messages:
         metrics.EVENTS_OUT.labels(stage=stage, topic=topic.get_topic_name()).inc(len(messages))
 
@@ -128,7 +134,7 @@ async def consume_batches(
     offset past this one. A worker stopped meanwhile leaves it to the next.
     """
     async for events in take_batches(stream, size, within):
-        stamps = (e.message.timestamp for e in events if not backlog.is_read_side(e.message.headers))
+        stamps = (e.message.timestamp for e in events if backlog.counts_as_ingest(e.message.headers))
         backlog.STAGES.saw(stage, backlog.oldest_wait(stamps, time.time()))
         await outlasting(
             functools.partial(process, events),

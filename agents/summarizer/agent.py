@@ -28,6 +28,7 @@ from agents.summarizer.salience import Salience
 from agents.topics import Topics
 from schemas import EvictedChunk, MemoryCandidate
 from services.core import tracing
+from services.core.backlog import BACKGROUND
 from services.runtime import Runtime
 
 STAGE = "summarizer"
@@ -66,7 +67,8 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         for event, chunk in items:
             candidates += await memories_for(event, chunk, saliences[chunk.tenant_id])
             candidates += await asyncio.to_thread(question_candidates, chunk)
-        await forward(topics.candidates, STAGE, candidates)
+        # Derived work: the embedder takes it after what users just said (agents/embedder/lanes.py).
+        await forward(topics.candidates, STAGE, candidates, [BACKGROUND])
 
     async def summarize_one(events: list[Any]) -> None:
         with span(STAGE, len(events)), tracing.batch_span(STAGE, events):

@@ -14,7 +14,8 @@ A read's own side effects do not count: recall's access marks reach the
 commands stage in one burst per window (services/api/access.py), and a mark
 applied late makes no memory stale. Counted, every burst read as ingest
 falling behind, and 8 clients recalling with marks on were paced to the
-gate's longest wait (p95 0.23 s against 0.05 s).
+gate's longest wait (p95 0.23 s against 0.05 s). Nor does derived work
+(BACKGROUND: episodes of sessions that closed), which no recall waits for.
 """
 
 from __future__ import annotations
@@ -47,11 +48,30 @@ READ_SIDE: tuple[str, bytes] = ("memstream-read-side", b"1")
 """The Kafka header a read's side effect carries, so no stage counts its wait as ingest behind."""
 
 
-def is_read_side(headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -> bool:
+BACKGROUND: tuple[str, bytes] = ("memstream-lane", b"background")
+"""The Kafka header of derived work (the summarizer's episodes and questions): it yields to what a user just said."""
+
+Headers = Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None
+
+
+def _has(headers: Headers, header: tuple[str, bytes]) -> bool:
     if not headers:
         return False
     pairs: Iterable[Any] = headers.items() if isinstance(headers, Mapping) else headers
-    return any(tuple(pair) == READ_SIDE for pair in pairs)
+    return any(tuple(pair) == header for pair in pairs)
+
+
+def is_read_side(headers: Headers) -> bool:
+    return _has(headers, READ_SIDE)
+
+
+def is_background(headers: Headers) -> bool:
+    return _has(headers, BACKGROUND)
+
+
+def counts_as_ingest(headers: Headers) -> bool:
+    """Whether a message's wait says ingest is behind: not a read's side effect, not derived work."""
+    return not (is_read_side(headers) or is_background(headers))
 
 
 def oldest_wait(stamps: Iterable[float | None], now: float) -> float:

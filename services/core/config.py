@@ -108,6 +108,11 @@ class Settings(BaseSettings):
     embed_batch_size: int = 64
     # Seconds an embedder-stage batch may wait to fill.
     embed_batch_within: float = 0.1
+    # Derived candidates (episodes and questions of closed sessions) per model call; they are embedded after
+    # fresh ones (agents/embedder/lanes.py), so a fresh batch waits for at most one such call.
+    embed_background_batch: int = Field(8, ge=1)
+    # Derived candidates the embedder holds at most; when full it takes no new batch until some are embedded.
+    embed_background_queue: int = Field(1024, ge=1)
     # Vectors a process keeps by text (LRU) so repeated texts skip the model; ~1.5 KB each with MiniLM.
     embed_cache_size: int = 50_000
     # CPU threads the MiniLM model uses per call (ONNX intra-op threads).

@@ -52,6 +52,10 @@ STORE_ERRORS = Counter("memstream_store_errors_total", "Store calls that failed"
 EMBED_TEXTS = Counter("memstream_embedder_texts_total", "Texts embedded by the model (cache misses)")
 EMBED_CACHE = Counter("memstream_embedder_cache_lookups_total", "Embedding cache lookups", ["result"])
 EMBED_SECONDS = Counter("memstream_embedder_busy_seconds_total", "Seconds the model spent embedding")
+EMBED_BACKGROUND_QUEUED = Gauge(
+    "memstream_embedder_background_queued",
+    "Derived candidates (episodes, questions) the embedder holds to embed after the fresh ones",
+)
 
 RECALL_LATENCY = Histogram("memstream_recall_seconds", "Recall request latency", buckets=_LATENCY_BUCKETS)
 READ_YIELD = Gauge(

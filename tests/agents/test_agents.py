@@ -184,14 +184,15 @@ async def test_summarizer_agent_writes_an_episode_and_dead_letters_a_bad_chunk(
     (episode,) = out.values()
     assert episode["type"] == "episode"
     assert episode["source"]["event_ids"] == [t.event_id for t in turns]
+    assert backlog.is_background(out.sent[0][2])  # derived work: the embedder takes it after fresh candidates
     assert dlq.reasons() == [b"schema_violation"]
 
 
-def _candidate(text: str) -> MemoryCandidate:
+def _candidate(text: str, user: str = "u") -> MemoryCandidate:
     return MemoryCandidate(
-        candidate_id=stable_id(text),
+        candidate_id=stable_id(user, text),
         tenant_id="t",
-        user_id="u",
+        user_id=user,
         type=MemoryType.EXCHANGE,
         text=text,
         importance=0.3,
@@ -214,6 +215,34 @@ async def test_embedder_agent_embeds_a_batch_with_the_real_model(harness: Callab
     assert [e["candidate"]["text"] for e in embedded] == texts
     assert {len(e["vector"]) for e in embedded} == {384}
     assert all(abs(sum(x * x for x in e["vector"]) - 1.0) < 1e-3 for e in embedded)
+
+
+async def test_embedder_agent_embeds_what_users_just_said_before_derived_work_and_acknowledges_all(
+    harness: Callable[[Any, str], Harness],
+) -> None:
+    from agents.embedder import agent
+
+    h = harness(agent, "candidates")
+    out = h.sink("embedded")
+    episodes = [_candidate(f"Episode {i}: a long afternoon planning the Lisbon trip.", f"idle-{i}") for i in range(12)]
+    fresh = [_candidate(f"Fresh turn {i} about the dentist.", "active") for i in range(3)]
+    behind = _candidate("A new turn of a user whose episode is still queued.", "idle-0")
+    sent = []
+    async with h.app.agents[h.stage].test_context() as tc:
+        for c in episodes:
+            value = orjson.dumps(c.model_dump(mode="json"))
+            sent.append(await tc.put(value, key=c.key, headers=[backlog.BACKGROUND], wait=False))
+        for c in (*fresh, behind):
+            sent.append(await tc.put(orjson.dumps(c.model_dump(mode="json")), key=c.key, wait=False))
+        for _ in range(500):
+            if len(out.sent) >= len(sent) and all(e.message.acked for e in sent):
+                break
+            await asyncio.sleep(0.02)
+    order = [e["candidate"]["text"] for e in out.values()]
+    assert sorted(order) == sorted(c.text for c in (*episodes, *fresh, behind))  # each once
+    assert all(e.message.acked for e in sent)  # derived work too, once forwarded
+    assert order.index(behind.text) > order.index(episodes[0].text)  # a user's order holds
+    assert max(order.index(c.text) for c in fresh) < max(order.index(c.text) for c in episodes)
 
 
 def _change(text: str, vector: list[float], user: str = "u") -> MemoryChange:

@@ -36,7 +36,7 @@ import httpx
 import psycopg
 
 from tests.bench import pipeline, recall_load
-from tests.bench.probe import scrape, wait_drained
+from tests.bench.probe import percentiles, scrape, wait_drained
 from tests.stack import Stack, embedded_stack, postgres_pids, stack_settings
 
 RESULTS = Path("bench-results")
@@ -347,6 +347,11 @@ async def soak(stack: Stack, plan: Plan, results: dict[str, Any]) -> None:
                     "at_s": time.perf_counter() - started,
                     "rss_mib": memory_by_name(stack_processes(stack)),
                     "freshness": {k: fresh.get(k) for k in ("n", "misses", "p50", "p99", "offered_turns_per_s")},
+                    # Where the time went: produce -> on memory.changes (the stages), then -> recalled (index, read).
+                    "to_change": percentiles([t["change"] for t in timeline if "change" in t], (50, 99)),
+                    "change_to_recall": percentiles(
+                        [t["recalled"] - t["change"] for t in timeline if "recalled" in t and "change" in t], (50, 99)
+                    ),
                     "lag": now["lag"],
                     "recall": recall,
                     "errors": {
@@ -365,6 +370,7 @@ async def soak(stack: Stack, plan: Plan, results: dict[str, Any]) -> None:
                 minutes.append(row)
                 print(
                     f"  minute {minute}: freshness p50 {fresh.get('p50')} p99 {fresh.get('p99')}, "
+                    f"(to memory.changes {row['to_change']}, then to recalled {row['change_to_recall']}), "
                     f"errors {row['errors']}, lag {sum(now['lag'].values()):.0f}",
                     flush=True,
                 )
