@@ -1,5 +1,5 @@
-"""Typed test events (turn `i` of one session, users on even turns, assistants on odd), a keyed fact candidate
-and a stored memory."""
+"""Typed test events (turn `i` of one session, users on even turns, assistants on odd), exchange and keyed
+fact candidates, and a stored memory."""
 
 from __future__ import annotations
 
@@ -25,6 +25,22 @@ def turn_event(
         content=content,
         ts=start + i * step,
         metadata=metadata,
+    )
+
+
+def exchange_candidate(text: str, user: str = "u", at: datetime = T0) -> MemoryCandidate:
+    """What the window stage proposes for a user's turn: its text, as an exchange (the id derives from the text)."""
+    return MemoryCandidate(
+        candidate_id=stable_id(text),
+        tenant_id="t",
+        user_id=user,
+        type=MemoryType.EXCHANGE,
+        text=text,
+        importance=0.3,
+        confidence=1.0,
+        observed_at=at,
+        source=Provenance(session_id="s", event_ids=[f"ev-{text[:5]}"]),
+        extractor="test",
     )
 
 

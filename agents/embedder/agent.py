@@ -21,6 +21,7 @@ from agents.stage import consume_batches, deliver, forward, parse_or_dlq, span
 from agents.topics import Topics
 from schemas import EmbeddedCandidate, MemoryCandidate
 from services.core import metrics, tracing
+from services.core.faults import crash_point
 from services.runtime import Runtime
 from services.stores.vector import dense_context_text
 
@@ -67,6 +68,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
             capacity=s.embed_background_queue,
             batch=s.embed_background_batch,
             max_delay=s.retry_max_backoff,
+            on_forwarded=lambda: crash_point(s, "embedder.after_background_forward"),
         )
 
         async def process(events: list[Any]) -> None:

@@ -73,8 +73,10 @@ class BackgroundLane:
         capacity: int,
         batch: int,
         max_delay: float,
+        on_forwarded: Callable[[], None] = lambda: None,
     ) -> None:
         self._handle = handle
+        self._on_forwarded = on_forwarded  # between forwarding and acknowledging (a crash point in the tests)
         self._stage = stage
         self._batch = batch
         self._max_delay = max_delay
@@ -117,6 +119,7 @@ class BackgroundLane:
                 failed=len(items),
                 retry=lambda _: True,
             )
+            self._on_forwarded()
             for event, candidate in items:
                 scope = (candidate.tenant_id, candidate.user_id)
                 self._queued[scope] -= 1

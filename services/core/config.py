@@ -225,9 +225,10 @@ class Settings(BaseSettings):
     # A session with no turn for this long is closed as if session_end had arrived.
     session_idle: float = 1800.0
     # Seconds between looks for idle sessions to close (the default generation only); bounds how late they close.
-    # Short, so that sessions close a few at a time as they go idle: once a minute closed a minute's worth at
-    # once, and their episodes' embedding stalled the turns behind them (bench-soak, from minute 31).
-    session_idle_check_seconds: float = 5.0
+    # Short, so that sessions close a few at a time as they go idle: a session_end is window, summarizer and
+    # consolidator work on the turns' own path, and closing 5 s' worth at once (~100 sessions in bench-soak)
+    # held the turns behind them ~1-2 s (60 s' worth, before that, longer). The check reads a partial index.
+    session_idle_check_seconds: float = 1.0
 
     # --- optional LLM path; unset base URL = no LLM anywhere ---
     # An OpenAI-compatible chat API the summarizer, consolidator and maintenance then use; unset, rules alone decide.

@@ -21,6 +21,7 @@ _passes: Counter[str] = Counter()
 POINTS = (
     "window.after_commit",  # window state and outbox committed, nothing sent
     "window.after_publish",  # sent, outbox rows not yet deleted
+    "embedder.after_background_forward",  # derived candidates on memory.embedded, not acknowledged
     "consolidator.after_commit",  # memory committed, no change published
     "qdrant_sink.after_index",  # index updated, offsets not committed
 )

@@ -29,7 +29,6 @@ from schemas import (
     MemoryRecord,
     MemoryStatus,
     MemoryType,
-    Provenance,
     TurnEvent,
 )
 from services.archive.changes import seal_change
@@ -43,6 +42,7 @@ from services.runtime import Runtime
 from services.stores.postgres import migrate
 from services.stores.vector import Scope
 from tests.changes import opened
+from tests.factories import exchange_candidate
 from tests.index_probe import search
 from tests.stack import session_end, turn
 
@@ -189,18 +189,7 @@ async def test_summarizer_agent_writes_an_episode_and_dead_letters_a_bad_chunk(
 
 
 def _candidate(text: str, user: str = "u") -> MemoryCandidate:
-    return MemoryCandidate(
-        candidate_id=stable_id(user, text),
-        tenant_id="t",
-        user_id=user,
-        type=MemoryType.EXCHANGE,
-        text=text,
-        importance=0.3,
-        confidence=1.0,
-        observed_at=NOW,
-        source=Provenance(session_id="s", event_ids=[f"ev-{text[:5]}"]),
-        extractor="test",
-    )
+    return exchange_candidate(text, user, NOW)
 
 
 async def test_embedder_agent_embeds_a_batch_with_the_real_model(harness: Callable[[Any, str], Harness]) -> None:

@@ -90,6 +90,7 @@ def pause_stack(tmp_path: Path) -> Iterator[Stack]:
 CRASH_AT = {
     "window.after_commit": 7,
     "window.after_publish": 13,
+    "embedder.after_background_forward": 5,
     "consolidator.after_commit": 3,
     "qdrant_sink.after_index": 4,
 }
@@ -529,7 +530,8 @@ async def test_killed_at_every_crash_point_loses_and_duplicates_nothing(crash_st
     """SIGKILL at each point of a batch where a crash could lose or double work; the supervisor restarts the app.
 
     After the window's commit (outbox unsent), after its publish (outbox
-    rows not deleted), after the consolidator's commit (no change published)
+    rows not deleted), after the embedder forwarded derived work it has not
+    acknowledged (its background lane), after the consolidator's commit (no change published)
     and after the Qdrant sink's upsert (offsets not committed): every turn
     must still be exactly one exchange memory, version 1, never reinforced by
     its own redelivery, and summarized in exactly one episode.

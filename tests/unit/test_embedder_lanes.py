@@ -5,17 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.embedder.lanes import BackgroundLane, Item, split
-from schemas import MemoryCandidate, MemoryType, Provenance
 from services.core.backlog import BACKGROUND, READ_SIDE, counts_as_ingest, is_background
-from services.core.textutil import stable_id
-
-NOW = datetime(2026, 5, 1, tzinfo=UTC)
+from tests.factories import exchange_candidate
 
 
 @dataclass
@@ -40,23 +36,8 @@ class Event:
         self.acks.append(self.name)
 
 
-def candidate(user: str, text: str) -> MemoryCandidate:
-    return MemoryCandidate(
-        candidate_id=stable_id(user, text),
-        tenant_id="t",
-        user_id=user,
-        type=MemoryType.EXCHANGE,
-        text=text,
-        importance=0.3,
-        confidence=1.0,
-        observed_at=NOW,
-        source=Provenance(session_id="s", event_ids=[text]),
-        extractor="test",
-    )
-
-
 def item(user: str, text: str, background: bool = False) -> Item:
-    return Event(Message([BACKGROUND] if background else []), name=text), candidate(user, text)
+    return Event(Message([BACKGROUND] if background else []), name=text), exchange_candidate(text, user)
 
 
 def texts(items: list[Item]) -> list[str]:
