@@ -143,6 +143,17 @@ PANELS: tuple[Panel, ...] = (
         ),
     ),
     Panel(
+        "Garbage collector pauses",
+        "s",
+        (
+            Target(_quantile(0.99, "memstream_gc_pause_seconds", by="generation"), "p99 generation {{generation}}"),
+            Target(
+                _rate("memstream_gc_pause_seconds_sum", by="generation"), "held per second, generation {{generation}}"
+            ),
+        ),
+        "Each collection stalls every stage and request of its process; generation 2 is a full collection.",
+    ),
+    Panel(
         "Memories",
         "short",
         (Target("sum by (type, status) (memstream_memories)", "{{type}} {{status}}"),),

@@ -23,6 +23,12 @@ STAGE_LATENCY = Histogram(
     ["stage"],
     buckets=_LATENCY_BUCKETS,
 )
+GC_PAUSE = Histogram(
+    "memstream_gc_pause_seconds",
+    "Time one run of Python's garbage collector held the process, by generation (0 young, 2 full)",
+    ["generation"],
+    buckets=_LATENCY_BUCKETS,
+)
 BATCH_SIZE = Histogram("memstream_stage_batch_size", "Events per batch", ["stage"], buckets=_BATCH_BUCKETS)
 CONSUMER_LAG = Gauge("memstream_consumer_lag_messages", "Messages behind the log end", ["topic", "partition"])
 # Per process: how a stage's partitions spread over the processes that run it.

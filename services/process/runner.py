@@ -11,6 +11,7 @@ import gc
 import logging
 import os
 import sys
+import time
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,7 +25,7 @@ from prometheus_client import start_http_server
 from agents.app import build_apps
 from services.api.server import server_config, shared_port
 from services.api.serving import read_service
-from services.core import tracing
+from services.core import metrics, tracing
 from services.core.config import Settings
 from services.core.stages import INDEX_STAGE, STAGE_NAMES
 from services.runtime import Runtime
@@ -65,6 +66,22 @@ def _tune_gc(settings: Settings) -> None:
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(settings.gc_young_threshold, older, oldest)
+    if _time_collections not in gc.callbacks:
+        for generation in range(3):  # series from the start
+            metrics.GC_PAUSE.labels(generation=str(generation))
+        gc.callbacks.append(_time_collections)
+
+
+_collection_started = 0.0
+
+
+def _time_collections(phase: str, info: dict[str, int]) -> None:
+    """Each collection's pause on `memstream_gc_pause_seconds`: a stall of every stage and request in the process."""
+    global _collection_started
+    if phase == "start":
+        _collection_started = time.perf_counter()
+    else:
+        metrics.GC_PAUSE.labels(generation=str(info["generation"])).observe(time.perf_counter() - _collection_started)
 
 
 def _shorten_gil_switch(settings: Settings) -> None:
