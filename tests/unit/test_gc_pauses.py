@@ -39,4 +39,5 @@ def test_each_collection_is_timed_by_generation_and_tuning_twice_times_it_once(t
     assert collections(2) == full + 1
     assert collections(0) >= young + 1
     held = REGISTRY.get_sample_value("memstream_gc_pause_seconds_sum", {"generation": "2"})
-    assert held is not None and held > 0
+    assert held is not None
+    assert held > 0
