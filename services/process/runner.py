@@ -66,22 +66,29 @@ def _tune_gc(settings: Settings) -> None:
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(settings.gc_young_threshold, older, oldest)
-    if _time_collections not in gc.callbacks:
-        for generation in range(3):  # series from the start
-            metrics.GC_PAUSE.labels(generation=str(generation))
-        gc.callbacks.append(_time_collections)
+    if not any(isinstance(callback, _CollectionClock) for callback in gc.callbacks):
+        gc.callbacks.append(_CollectionClock())
 
 
-_collection_started = 0.0
+class _CollectionClock:
+    """Each collection's pause on `memstream_gc_pause_seconds`: a stall of every stage and request in the process.
 
+    The histogram's children are looked up once, here: a collection can
+    start inside any allocation, a scrape's copy of the metric's children
+    included, which holds the metric's (non-reentrant) lock that `labels()`
+    takes. Observing a child takes only its values' locks, inside which
+    nothing allocates.
+    """
 
-def _time_collections(phase: str, info: dict[str, int]) -> None:
-    """Each collection's pause on `memstream_gc_pause_seconds`: a stall of every stage and request in the process."""
-    global _collection_started
-    if phase == "start":
-        _collection_started = time.perf_counter()
-    else:
-        metrics.GC_PAUSE.labels(generation=str(info["generation"])).observe(time.perf_counter() - _collection_started)
+    def __init__(self) -> None:
+        self.pauses = tuple(metrics.GC_PAUSE.labels(generation=str(generation)) for generation in range(3))
+        self.started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+        else:
+            self.pauses[info["generation"]].observe(time.perf_counter() - self.started)
 
 
 def _shorten_gil_switch(settings: Settings) -> None:
