@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -27,17 +26,14 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.bench.freshness_probe import cpu_seconds
 from tests.bench.log import Rig
 from tests.bench.probe import percentiles
 
 TOPIC = "bench.produce"
 PARTITIONS = 8
+ALL = list(range(PARTITIONS))
 OUT = Path("bench-results/produce-latency.json")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def acknowledged(producer: AIOKafkaProducer, partitions: list[int]) -> float:
@@ -51,7 +47,7 @@ async def measure(rig: Rig, rounds: int, seconds: float) -> dict[str, Any]:
     producer = AIOKafkaProducer(bootstrap_servers=rig.settings.kafka_bootstrap, acks="all", linger_ms=0)
     await producer.start()
     try:
-        await acknowledged(producer, list(range(PARTITIONS)))  # metadata and connections
+        await acknowledged(producer, ALL)  # metadata and connections
         shapes = {f"{k} partitions": list(range(k)) for k in (1, 2, 4, 8)}
         shapes["8 messages, 1 partition"] = [0] * 8
         latency: dict[str, Any] = {}
@@ -65,7 +61,7 @@ async def measure(rig: Rig, rounds: int, seconds: float) -> dict[str, Any]:
         before = time.perf_counter(), cpu_seconds(store), cpu_seconds(broker)
         requests = 0
         while time.perf_counter() - before[0] < seconds:
-            await acknowledged(producer, list(range(PARTITIONS)))
+            await acknowledged(producer, ALL)
             requests += 1
         elapsed = time.perf_counter() - before[0]
         saturated = {
