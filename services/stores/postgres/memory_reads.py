@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
 import numpy as np
+from psycopg.rows import args_row
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType
 from services.stores.fusion import session_in
@@ -42,10 +43,6 @@ _PROFILE_SQL = f"""SELECT * FROM (
     ) scored WHERE similarity >= %(min)s ORDER BY similarity DESC LIMIT %(k)s"""
 # Those of some ids (the index's hits) that are the user's and active now.
 _ACTIVE_OF_IDS = "FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = ANY(%(ids)s) AND status = 'active'"
-# The index's hits as Postgres holds them now (LiveHit): the index answers ids and scores only. Access counts
-# live here alone: re-indexing a point on every recall mark would make reads cost writes.
-_HITS_SQL = f"""SELECT id, type, text, importance, observed_at, entities, provenance AS source, compressed,
-        cardinality(context) > 0 AS has_context, access_count, last_accessed_at {_ACTIVE_OF_IDS}"""
 OPEN_QUESTIONS_SQL = f"""SELECT {_RECORD_COLUMNS} FROM memories
     WHERE tenant_id = %(t)s AND user_id = %(u)s AND type = 'question' AND status = 'active'
       AND question->>'state' = 'open'
@@ -115,8 +112,17 @@ class LiveHit:
         )
 
 
-def _live_hits(rows: list[dict[str, Any]]) -> dict[str, LiveHit]:
-    return {r["id"]: LiveHit(**r) for r in rows}
+# LiveHit's fields as columns, where a field is not a column of its own name.
+_HIT_EXPRESSIONS = {"source": "provenance", "has_context": "cardinality(context) > 0"}
+# The index's hits as Postgres holds them now: the index answers ids and scores only. Access counts
+# live here alone: re-indexing a point on every recall mark would make reads cost writes. The columns
+# come in LiveHit's field order, so each row is LiveHit's arguments as they are (no dict per row).
+_HITS_SQL = f"""SELECT {", ".join(_HIT_EXPRESSIONS.get(f.name, f.name) for f in fields(LiveHit))} {_ACTIVE_OF_IDS}"""
+_LIVE_HIT_ROWS = args_row(LiveHit)
+
+
+def _live_hits(rows: list[LiveHit]) -> dict[str, LiveHit]:
+    return {hit.id: hit for hit in rows}
 
 
 async def _rows(conn: Conn, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,7 +200,9 @@ class MemoryReader:
         params = {"t": tenant_id, "u": user_id}
         async with self._pool.connection("recall_reads") as conn:
             async with conn.pipeline():
-                hits = await conn.execute(_HITS_SQL, {**params, "ids": list(hit_ids)}) if hit_ids else None
+                hits = conn.cursor(row_factory=_LIVE_HIT_ROWS) if hit_ids else None
+                if hits is not None:
+                    await hits.execute(_HITS_SQL, {**params, "ids": list(hit_ids)})
                 vec = np.asarray(query, dtype=np.float32)
                 profile = await conn.execute(
                     _PROFILE_SQL, {**params, "q": vec, "min": min_similarity, "k": profile_limit}

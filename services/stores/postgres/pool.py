@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from services.core import metrics
@@ -48,6 +50,8 @@ class PgPool:
     @staticmethod
     async def _configure(conn: Conn) -> None:
         await register_vector_async(conn)
+        # JSON read back is JSON memstream wrote, parsed by orjson on the way in: orjson reads it alike, 5x faster.
+        set_json_loads(orjson.loads, conn)
         await conn.set_autocommit(True)
 
     async def open(self) -> None:
