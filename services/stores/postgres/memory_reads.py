@@ -200,9 +200,11 @@ class MemoryReader:
         params = {"t": tenant_id, "u": user_id}
         async with self._pool.connection("recall_reads") as conn:
             async with conn.pipeline():
-                hits = conn.cursor(row_factory=_LIVE_HIT_ROWS) if hit_ids else None
-                if hits is not None:
-                    await hits.execute(_HITS_SQL, {**params, "ids": list(hit_ids)})
+                hits = None
+                if hit_ids:
+                    hits = await conn.cursor(row_factory=_LIVE_HIT_ROWS).execute(
+                        _HITS_SQL, {**params, "ids": list(hit_ids)}
+                    )
                 vec = np.asarray(query, dtype=np.float32)
                 profile = await conn.execute(
                     _PROFILE_SQL, {**params, "q": vec, "min": min_similarity, "k": profile_limit}
