@@ -36,13 +36,11 @@ def _free_text(value: str) -> str:
     return unicodedata.normalize("NFC", value)
 
 
-# The document states the rule too (no NUL, no lone surrogate): a generated query with a NUL is not valid.
-QueryText = Annotated[
-    str,
-    StringConstraints(min_length=1, max_length=QUERY_MAX_CHARS),
-    AfterValidator(_free_text),
-    Field(json_schema_extra={"not": {"pattern": METADATA_STRING_FORBIDDEN}}),
+# The document states the rule too (no NUL, no lone surrogate): a generated text with a NUL is not valid.
+FreeText = Annotated[
+    str, AfterValidator(_free_text), Field(json_schema_extra={"not": {"pattern": METADATA_STRING_FORBIDDEN}})
 ]
+QueryText = Annotated[FreeText, StringConstraints(min_length=1, max_length=QUERY_MAX_CHARS)]
 
 
 def _example(value: str) -> dict[str, Example]:
@@ -418,9 +416,7 @@ class NewKeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"role": "read", "name": "support"}]})
 
     role: Literal["read", "write", "admin"] = Field(description="The new key's role")
-    name: Annotated[str, StringConstraints(max_length=200), AfterValidator(_free_text)] = Field(
-        default="", description="A label"
-    )
+    name: Annotated[FreeText, StringConstraints(max_length=200)] = Field(default="", description="A label")
 
 
 class NewKey(BaseModel):
