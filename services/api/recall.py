@@ -1,8 +1,9 @@
-"""Recall: profile first (exact, from Postgres), then fused vector and BM25 hits."""
+"""Recall: the profile close to the query (exact, from Postgres) and fused vector and BM25 hits, ranked together."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,7 +36,7 @@ SEARCH_MEMORY = "search_memory"
 
 
 def _from_record(record: MemoryRecord, similarity: float) -> Candidate:
-    """A memory read whole from Postgres (the profile, an open question): pinned ahead of the index's hits."""
+    """A memory read whole from Postgres (the profile, an open question): pinned, always in the answer if it fits."""
     return _from_hit(LiveHit.of(record), similarity, pinned=True)
 
 
@@ -67,6 +68,19 @@ def fused_candidates(
     hits = [(live[h.id], h.score) for h in fused if _wanted(live[h.id].compressed, req)]
     best = max((score for _, score in hits), default=0.0)
     return [_from_hit(hit, score / best if best > 0 else 0.0) for hit, score in hits]
+
+
+def with_profile(profile: list[Candidate], hits: list[Candidate]) -> list[Candidate]:
+    """The profile and the index's hits as one candidate list, a memory that is both once.
+
+    A profile memory the index also returned stays pinned and takes the
+    better of its two similarities (its cosine, its fused score over the
+    best), so a fact that is the best match ranks as one.
+    """
+    fused = {c.id: c.similarity for c in hits}
+    pinned = [replace(p, similarity=max(p.similarity, fused.get(p.id, 0.0))) for p in profile]
+    ids = {p.id for p in profile}
+    return pinned + [c for c in hits if c.id not in ids]
 
 
 def fusion_weights(s: Settings) -> RecallFusion:
@@ -160,7 +174,7 @@ async def _recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acce
         session_id=req.session_id,
     )
     profile = _profile(reads.profile, req)
-    candidates = profile + fused_candidates(legs, reads.hits, fusion_weights(rt.settings), req, pool)
+    candidates = with_profile(profile, fused_candidates(legs, reads.hits, fusion_weights(rt.settings), req, pool))
     chosen, used, prompt = _packed(candidates, req, now, weights)
     window = _window(req.session_id, reads.window) if req.session_id else None
     open_ids, extra = _open_questions(req, chosen, reads.questions)
@@ -200,7 +214,7 @@ async def _recall_as_of(
     """Recall as memory stood at `at`, from Postgres (the index holds only what is active now).
 
     The same shape as today's recall: profile facts and preferences close to
-    the query first, then the four legs (own and context, dense and lexical:
+    the query, pinned, and the four legs (own and context, dense and lexical:
     services/stores/postgres/past_context.py) fused as live recall fuses
     them, ranked with `now = at`. Nothing is marked as accessed, no open question is
     surfaced and no working window is returned: those are today's state,
@@ -225,7 +239,8 @@ async def _recall_as_of(
     close.sort(key=lambda pair: -pair[1])
     profile = _profile(close[: max(3, req.top_k // 3)], req)
     live = {i: LiveHit.of(r) for i, r in records.items()}
-    candidates = profile + fused_candidates(_past_legs(found, context), live, fusion_weights(rt.settings), req, pool)
+    hits = fused_candidates(_past_legs(found, context), live, fusion_weights(rt.settings), req, pool)
+    candidates = with_profile(profile, hits)
     chosen, used, prompt = _packed(candidates, req, at, weights)
     return RecallResponse(memories=[_recalled(c) for c in chosen], prompt=prompt, tokens_used=used)
 

@@ -52,7 +52,7 @@ import numpy as np
 from schemas import MemoryRecord, MemoryType
 from services.api.models import RecallRequest
 from services.api.ranking import Candidate, Weights, pack, rank
-from services.api.recall import _packed, _profile, fused_candidates, fusion_weights
+from services.api.recall import _packed, _profile, fused_candidates, fusion_weights, with_profile
 from services.core.config import Settings
 from services.embedding import MiniLmEmbedder
 from services.stores.fusion import RecallFusion, fuse_legs, session_in
@@ -226,7 +226,7 @@ def evaluate(
         )
         # The dev set is replayed and asked without access marks: no memory has been accessed.
         legs = second[(q.sample_id, q.qa_index)] if second else q.legs
-        candidates = _profile(q.profile, req) + fused_candidates(legs, live, fusion, req, pool)
+        candidates = with_profile(_profile(q.profile, req), fused_candidates(legs, live, fusion, req, pool))
         if spread > 0:
             ranked = spread_sessions(rank(candidates, req.query, now[q.sample_id], weights), spread, TOP_K)
             chosen, _ = pack(ranked, TOP_K, BUDGET)

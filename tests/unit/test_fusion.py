@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.api.models import RecallRequest
-from services.api.recall import fused_candidates
+from services.api.recall import _from_hit, fused_candidates, with_profile
 from services.stores.fusion import (
     OWN_ONLY,
     FusionWeights,
@@ -230,3 +230,14 @@ def test_compressed_hits_leave_default_recall_and_come_back_when_asked_for() -> 
     asked = RecallRequest(tenant_id="t", user_id="u", query="q", include_compressed=True)
     assert [c.id for c in fused_candidates(legs, live, OWN_ONLY, plain, 10)] == ["a"]
     assert [c.id for c in fused_candidates(legs, live, OWN_ONLY, asked, 10)] == ["folded", "a"]
+
+
+def test_a_profile_memory_the_index_also_found_is_one_pinned_candidate_at_its_better_similarity() -> None:
+    legs = Legs(dense=[Hit("fact", 0.9), Hit("a", 0.45)], sparse=[Hit("fact", 5.0)])
+    live = {"fact": _live("fact"), "a": _live("a")}
+    hits = fused_candidates(legs, live, OWN_ONLY, RecallRequest(tenant_id="t", user_id="u", query="q"), 10)
+    close, other = _from_hit(_live("fact"), 0.6, pinned=True), _from_hit(_live("pref"), 0.7, pinned=True)
+    merged = with_profile([close, other], hits)
+    assert [(c.id, c.pinned) for c in merged] == [("fact", True), ("pref", True), ("a", False)]
+    # The index's fused score (1.0, the best hit) beats its cosine; one only in the profile keeps its cosine.
+    assert [c.similarity for c in merged[:2]] == [1.0, 0.7]

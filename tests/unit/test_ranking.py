@@ -1,3 +1,4 @@
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
@@ -56,15 +57,60 @@ def test_a_recently_recalled_memory_outranks_an_equally_similar_forgotten_one() 
     assert ranked[0].signals["access"] == access(3)
 
 
-def test_similar_and_recent_rank_first_and_pinned_stay_ahead() -> None:
+def test_similar_and_recent_rank_first_and_pinned_rank_by_their_score() -> None:
     ranked = rank(
-        [cand("old", sim=0.9, days=720), cand("best", sim=0.9), cand("weak", sim=0.1), cand("p", sim=0, pinned=True)],
+        [cand("old", sim=0.9, days=720), cand("best", sim=0.9), cand("weak", sim=0.1), cand("p", sim=0.5, pinned=True)],
         "q",
         NOW,
         Weights(),
     )
-    assert [c.id for c in ranked] == ["p", "best", "old", "weak"]
-    assert ranked[1].signals["similarity"] == 0.9
+    assert [c.id for c in ranked] == ["best", "old", "p", "weak"]
+    assert ranked[0].signals["similarity"] == 0.9
+
+
+def test_a_pinned_memory_is_in_the_answer_at_its_place_in_the_ranking() -> None:
+    ranked = [cand(f"hit{i}", sim=0.9 - i / 100) for i in range(5)] + [cand("profile", sim=0.1, pinned=True)]
+    chosen, _ = pack(ranked, top_k=3, token_budget=1000)
+    # Ranked sixth, it still takes one of three places, and is listed last, where its score puts it.
+    assert [c.id for c in chosen] == ["hit0", "hit1", "profile"]
+    # A budget it does not fit leaves it out: pinned means first in, not over the budget.
+    big = cand("big profile", text="word " * 100, pinned=True)
+    chosen, _ = pack([cand("hit"), big], top_k=3, token_budget=50)
+    assert [c.id for c in chosen] == ["hit"]
+
+
+def test_a_pinned_preference_stays_beside_the_exchange_of_its_turn() -> None:
+    def from_turn(cid: str, type_: str, event: str, sim: float, pinned: bool = False) -> Candidate:
+        return replace(cand(cid, sim=sim, pinned=pinned), type=type_, source={"event_ids": [event]})
+
+    turn = from_turn("turn", "exchange", "e1", 0.9)
+    pinned = from_turn("its preference", "preference", "e1", 0.5, pinned=True)
+    unpinned = from_turn("its question", "question", "e1", 0.4)
+    chosen, _ = pack([turn, pinned, unpinned], top_k=3, token_budget=1000)
+    # What the user wants stays in the answer; an unpinned memory of the same turn still gives way.
+    assert [c.id for c in chosen] == ["turn", "its preference"]
+
+
+@given(
+    sims=st.lists(st.tuples(st.floats(0, 1), st.booleans(), st.integers(1, 30)), min_size=0, max_size=25),
+    top_k=st.integers(min_value=1, max_value=10),
+    budget=st.integers(min_value=1, max_value=200),
+)
+def test_pack_keeps_rank_order_and_takes_every_pinned_memory_that_fits(
+    sims: list[tuple[float, bool, int]], top_k: int, budget: int
+) -> None:
+    ranked = rank([cand(str(i), "w " * n, s, pinned=p) for i, (s, p, n) in enumerate(sims)], "q", NOW, Weights())
+    chosen, _ = pack(ranked, top_k, budget)
+    place = {c.id: i for i, c in enumerate(ranked)}
+    assert [place[c.id] for c in chosen] == sorted(place[c.id] for c in chosen)
+    # Pinned memories go in first, in rank order, while they fit: none is left out for an unpinned one.
+    pinned, room, spent = [c for c in ranked if c.pinned], top_k, 0
+    expected = []
+    for c in pinned:
+        if len(expected) < room and spent + count_tokens(c.text) + 3 <= budget:
+            expected.append(c.id)
+            spent += count_tokens(c.text) + 3
+    assert [c.id for c in chosen if c.pinned] == expected
 
 
 def test_packing_respects_budget_and_skips_what_does_not_fit() -> None:
