@@ -31,11 +31,13 @@ FILLER_SENTENCE_SHARE = 0.01
 MIN_SENTENCE_DOCS = 5
 FILLER_WEIGHT = 0.1
 
-# Padding words of assistant replies that are not stopwords (services.core.textutil.STOPWORDS has the rest).
+# Padding words of assistant replies, and the interjections of any chat, that are not stopwords
+# (services.core.textutil.STOPWORDS has the rest).
 FILLER = frozenset(
     """absolutely amazing anything anytime assist assistance awesome certainly course definitely delighted else excellent
     excited exciting fantastic feel free glad happy help helpful helps hope hoping let love nice perfect pleasure
-    question questions sounds today welcome wonderful hesitate i'd i'll you'll you'd we'll""".split()
+    question questions sounds today welcome wonderful hesitate i'd i'll you'll you'd we'll
+    wow hello haha lol congrats congratulations cool""".split()
 )
 
 

@@ -1,9 +1,11 @@
 """Episode coverage of LoCoMo's reference summaries: stems, the ratio, and the per-session episode lines."""
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from schemas import MemoryRecord
 from tests.bench import locomo
 from tests.bench.coverage import (
     Episode,
@@ -14,6 +16,7 @@ from tests.bench.coverage import (
     session_lines,
     stems,
 )
+from tests.bench.resummarize import chunk_of, turns_by_dia
 
 SAMPLE = {
     "sample_id": "conv-x",
@@ -127,3 +130,33 @@ def test_the_bench_writes_one_line_per_session_and_scores_against_the_references
 def test_episodes_file_sits_beside_the_results() -> None:
     assert locomo.episodes_path(Path("bench-results/locomo.jsonl")) == Path("bench-results/locomo-episodes.jsonl")
     assert locomo.episodes_path(Path("/tmp/run2.jsonl")) == Path("/tmp/run2-episodes.jsonl")
+
+
+def test_an_episode_is_summarized_again_from_the_turns_its_provenance_names() -> None:
+    turns = turns_by_dia([SAMPLE], {"conv-x": "u1"})
+    assert sorted(turns)[:3] == [("u1", "D1:1"), ("u1", "D1:2"), ("u1", "D2:1")]
+    assert turns[("u1", "D1:1")].content == "Ann: I adopted a cat."
+    now = datetime(2023, 6, 3, tzinfo=UTC)
+    record = MemoryRecord.model_validate(
+        {
+            "id": "00000000-0000-4000-8000-000000000001",
+            "tenant_id": locomo.TENANT,
+            "user_id": "u1",
+            "type": "episode",
+            "text": "stored",
+            "content_hash": "h",
+            "importance": 0.5,
+            "confidence": 1.0,
+            "status": "active",
+            "observed_at": now,
+            "created_at": now,
+            "updated_at": now,
+            "source": {
+                "session_id": "conv-x-s1",
+                "event_ids": ["e1", "e2"],
+                "metadata": [{"dia_id": "D1:2"}, {"dia_id": "D1:1"}, {}],
+            },
+        }
+    )
+    # In provenance order; a metadata entry without a dia_id (or of another user) names no turn.
+    assert [t.content for t in chunk_of(record, turns)] == ["Bo: Lovely!", "Ann: I adopted a cat."]

@@ -1,8 +1,8 @@
 from datetime import UTC, datetime, timedelta
 
 from agents.summarizer.candidates import episode_candidate
-from agents.summarizer.extractive import summarize
-from schemas import EvictedChunk, TurnEvent
+from agents.summarizer.extractive import MIN_SPREAD_WEIGHT, spread_weight, summarize
+from schemas import EvictedChunk, Role, TurnEvent
 from tests.factories import turn_event
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
@@ -10,6 +10,10 @@ T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 def turns(*texts: str) -> list[TurnEvent]:
     return [turn_event(i, text, timedelta(minutes=1), T0, dia_id=f"D1:{i}") for i, text in enumerate(texts)]
+
+
+def users(*texts: str) -> list[TurnEvent]:
+    return [t.model_copy(update={"role": Role.USER}) for t in turns(*texts)]
 
 
 def test_summary_keeps_the_salient_sentences_in_order() -> None:
@@ -27,6 +31,38 @@ def test_summary_keeps_the_salient_sentences_in_order() -> None:
     assert episode.started_at == T0
     assert episode.ended_at == T0 + timedelta(minutes=3)
     assert "Japan" in episode.entities
+
+
+def test_names_said_in_every_turn_do_not_make_the_episode() -> None:
+    # Two people calling each other by name in every turn, both users (LoCoMo's sessions read like this).
+    chunk = users(
+        "Gina: Hey Jon, how are you?",
+        "Jon: Thanks, Gina! I lost my job at the bank last week, so I'm starting my own dance studio.",
+        "Gina: Wow, Jon! Sure thing, Jon.",
+        "Jon: Thanks, Gina! I'm looking at a space downtown with a sprung floor for the classes.",
+        "Gina: Thanks, Jon!",
+        "Jon: Thanks, Gina!",
+    )
+    episode = summarize(chunk, max_sentences=2)
+    assert episode is not None
+    said = episode.text.split(". ", 1)[1]
+    assert "dance studio" in said
+    assert "sprung floor" in said
+    assert "Thanks, Gina!" not in said
+    assert "Sure thing" not in said
+    # A sentence said twice is kept once, at most.
+    twice = summarize(users("Nate: I adopted a turtle named Shelly.", "Nate: I adopted a turtle named Shelly."), 3)
+    assert twice is not None
+    assert twice.text.count("Shelly") == 1
+
+
+def test_a_word_weighs_less_the_more_of_a_chunks_turns_say_it() -> None:
+    weights = [spread_weight(n, 10) for n in range(1, 11)]
+    assert weights[0] == 1.0
+    assert weights == sorted(weights, reverse=True)
+    assert weights[-1] == MIN_SPREAD_WEIGHT
+    # Two turns are no spread to speak of.
+    assert spread_weight(2, 2) == 1.0
 
 
 def test_nothing_to_summarize() -> None:
