@@ -179,6 +179,8 @@ def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[C
         used += tokens
         if c.type == MemoryType.EXCHANGE.value:
             turns |= events
+    if not any(c.pinned for c in chosen):
+        return chosen, used  # taken in rank order already
     place = {c.id: i for i, c in reversed(list(enumerate(ranked)))}
     return sorted(chosen, key=lambda c: place[c.id]), used
 
