@@ -58,6 +58,8 @@ MIN_SHARE_OF_BEST = 0.25
 NAMED_WEIGHT = 1.5
 # A topic word weighs at least this (salience 1.0 is a word no assistant reply has).
 MIN_TOPIC_SALIENCE = 0.5
+# Counts say how much, not what about: never a topic (a sentence may still be chosen for them).
+NUMBER_WORDS = frozenset("two three four five six seven eight nine ten twenty hundred thousand million".split())
 # A sentence with fewer content words scores in proportion (a greeting, a thank-you).
 FULL_SENTENCE_WORDS = 3
 # A word in every turn of a chunk keeps this much of its weight; spread counts from this many turns.
@@ -138,7 +140,7 @@ def topic_words(weight: dict[str, float], names: list[str], salience: Salience, 
     """
     named = {w for name in names for w in content_words(name)}
     ranked = sorted(
-        (w for w in weight if salience.term(w) >= MIN_TOPIC_SALIENCE),
+        (w for w in weight if salience.term(w) >= MIN_TOPIC_SALIENCE and w not in NUMBER_WORDS),
         key=lambda w: -(weight[w] * (NAMED_WEIGHT if w in named else 1.0)),
     )
     return ranked[:n]

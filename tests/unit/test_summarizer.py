@@ -117,3 +117,15 @@ def test_an_llm_episode_keeps_the_chunks_id_times_and_entities() -> None:
     assert by_llm.category == "pets"
     no_topics = llm_episode(extractive, EpisodeAnswer(summary="s"))
     assert no_topics.topics == extractive.topics
+
+
+def test_topics_are_never_counts_or_contractions() -> None:
+    chunk = users(
+        "What's a realistic daily budget for two people travelling around Japan for two weeks?",
+        "Two people in Japan spend about two hundred dollars a day; what's left goes to the rail pass.",
+        "What's the cheapest way to get two rail passes?",
+    )
+    episode = summarize(chunk, max_sentences=2)
+    assert episode is not None
+    assert "japan" in episode.topics
+    assert not {"two", "what's", "hundred"} & set(episode.topics)
