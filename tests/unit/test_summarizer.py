@@ -1,7 +1,7 @@
 from datetime import UTC, datetime, timedelta
 
 from agents.summarizer.candidates import episode_candidate
-from agents.summarizer.extractive import MIN_SPREAD_WEIGHT, spread_weight, summarize
+from agents.summarizer.extractive import MIN_SPREAD_WEIGHT, Episode, spread_weight, summarize
 from schemas import EvictedChunk, Role, TurnEvent
 from tests.factories import turn_event
 
@@ -10,6 +10,12 @@ T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 def turns(*texts: str) -> list[TurnEvent]:
     return [turn_event(i, text, timedelta(minutes=1), T0, dia_id=f"D1:{i}") for i, text in enumerate(texts)]
+
+
+def summary(chunk: list[TurnEvent], max_sentences: int = 2) -> Episode:
+    episode = summarize(chunk, max_sentences)
+    assert episode is not None
+    return episode
 
 
 def users(*texts: str) -> list[TurnEvent]:
@@ -23,8 +29,7 @@ def test_summary_keeps_the_salient_sentences_in_order() -> None:
         "ok",
         "Do you want hotel suggestions for the Japan trip?",
     )
-    episode = summarize(chunk, max_sentences=2)
-    assert episode is not None
+    episode = summary(chunk)
     assert "japan" in episode.topics
     assert episode.text.startswith("Conversation on 2026-03-01 about")
     assert "user: I'm planning a trip to Japan in April." in episode.text
@@ -43,16 +48,14 @@ def test_names_said_in_every_turn_do_not_make_the_episode() -> None:
         "Gina: Thanks, Jon!",
         "Jon: Thanks, Gina!",
     )
-    episode = summarize(chunk, max_sentences=2)
-    assert episode is not None
+    episode = summary(chunk)
     said = episode.text.split(". ", 1)[1]
     assert "dance studio" in said
     assert "sprung floor" in said
     assert "Thanks, Gina!" not in said
     assert "Sure thing" not in said
     # A sentence said twice is kept once, at most.
-    twice = summarize(users("Nate: I adopted a turtle named Shelly.", "Nate: I adopted a turtle named Shelly."), 3)
-    assert twice is not None
+    twice = summary(users("Nate: I adopted a turtle named Shelly.", "Nate: I adopted a turtle named Shelly."), 3)
     assert twice.text.count("Shelly") == 1
 
 
@@ -125,7 +128,6 @@ def test_topics_are_never_counts_or_contractions() -> None:
         "Two people in Japan spend about two hundred dollars a day; what's left goes to the rail pass.",
         "What's the cheapest way to get two rail passes?",
     )
-    episode = summarize(chunk, max_sentences=2)
-    assert episode is not None
+    episode = summary(chunk)
     assert "japan" in episode.topics
     assert not {"two", "what's", "hundred"} & set(episode.topics)
