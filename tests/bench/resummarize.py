@@ -84,9 +84,9 @@ def main() -> None:
         print(f"{name}: {format_coverage(locomo.episode_coverage(samples, episodes)[1])}")
     if args.write:
         model = MiniLmEmbedder(None, settings.embed_threads, 256, settings.embed_batch_size, settings.embed_quantized)
-        for row, vector in zip(changed, model.embed([r["record"]["text"] for r in changed]), strict=True):
-            if row["vector"]:
-                row["vector"] = [float(x) for x in vector]
+        indexed = [r for r in changed if r["vector"]]  # a row without a vector is not in the index either
+        for row, vector in zip(indexed, model.embed([r["record"]["text"] for r in indexed]), strict=True):
+            row["vector"] = [float(x) for x in vector]
         args.write.write_text(json.dumps([head, *rows]))
         print(f"{len(changed)} episodes written again to {args.write}")
 
