@@ -106,7 +106,11 @@ def create_app(
         Deadline,
         seconds=settings.http_request_timeout,
         budget=lambda scope: request_budget(
-            scope, settings.http_request_timeout, settings.command_wait_timeout, settings.http_transfer_timeout
+            scope,
+            settings.http_request_timeout,
+            settings.command_wait_timeout,
+            settings.http_transfer_timeout,
+            settings.http_ops_timeout,
         ),
     )
     app.add_middleware(BodyLimit, max_bytes=settings.http_max_body_bytes)

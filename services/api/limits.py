@@ -206,11 +206,14 @@ class BodyLimit:
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
-def request_budget(scope: Scope, base: float, wait: float, transfer: float) -> float:
-    """The deadline of one request: `?wait=true` adds the wait for its effect; export and import move a whole user."""
+def request_budget(scope: Scope, base: float, wait: float, transfer: float, ops: float) -> float:
+    """The deadline of one request: `?wait=true` adds the wait for its effect; export and import move a whole user;
+    operations read Kafka with a consumer of their own."""
     path = str(scope.get("path", ""))
     if path.endswith(("/export", "/import")):
         return max(base, transfer)
+    if path.startswith("/v1/ops/"):
+        return max(base, ops)
     query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
     if any(v.lower() in _TRUE for v in query.get("wait", [])):
         return base + wait

@@ -467,10 +467,16 @@ class DeadLetterList(BaseModel):
                             "original_base64": "bm90IGpzb24=",
                             "preview": "not json",
                         }
-                    ]
+                    ],
+                    "complete": True,
                 }
             ]
         }
     )
 
     entries: list[DeadLetterEntry] = Field(description="The newest entries, oldest first")
+    complete: bool = Field(
+        True,
+        description="False when the broker did not return every partition's newest entries before the deadline "
+        "(MEMSTREAM_HTTP_OPS_TIMEOUT): the list lacks some; ask again",
+    )

@@ -1,9 +1,11 @@
 """Operations for admins: consumer lag per stage and the newest dead letters.
 
 Both read Kafka on demand (a short-lived consumer per request): an admin's
-page, not a hot path. Each bounds its wait to fit the request deadline
-(MEMSTREAM_HTTP_REQUEST_TIMEOUT, 2 s by default): a lag the broker did not
-report in time is null, and dead letters are what arrived in time. A tenant admin sees the lag (no tenant data in it) and
+page, not a hot path. A fresh consumer connects, reads metadata and fetches
+each partition, which takes seconds on a busy machine, so these routes have a
+deadline of their own (MEMSTREAM_HTTP_OPS_TIMEOUT, 8 s by default) and read
+within 70% of it: a lag the broker did not report in time is null, and dead
+letters are what arrived in time, with `complete` false when some did not. A tenant admin sees the lag (no tenant data in it) and
 only its own tenant's dead letters; an operator key sees every entry. An
 entry's original bytes come back as base64 and as an escaped printable
 preview, which the console renders as text only.
@@ -35,6 +37,8 @@ from services.kafka.log_tail import pin_to_log_end
 from services.runtime import Runtime
 
 PREVIEW_CHARS = 400
+# Of the request's deadline (MEMSTREAM_HTTP_OPS_TIMEOUT), what reading Kafka may take; the rest answers.
+_READ_SHARE = 0.7
 ADMIN_ONLY = "this route needs an admin key"
 
 
@@ -52,11 +56,15 @@ def preview(raw: bytes | None) -> str:
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
-async def newest(settings: Settings, topic: str, limit: int, within: float = 1.5) -> list[tuple[int, int, Any]]:
-    """The last `limit` messages of each partition of `topic`, as (partition, offset, message); what came within
-    `within` seconds."""
+async def newest(settings: Settings, topic: str, limit: int, within: float) -> tuple[list[tuple[int, int, Any]], bool]:
+    """The last `limit` messages of each partition of `topic`, as (partition, offset, message), and whether all came.
+
+    `within` bounds the whole read, the consumer's start included: what has
+    not come by then is left out, and the flag says so.
+    """
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    deadline = time.monotonic() + within
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False, **aiokafka_kwargs(settings)
     )
@@ -65,27 +73,28 @@ async def newest(settings: Settings, topic: str, limit: int, within: float = 1.5
         await consumer.topics()
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         if not tps:
-            return []
+            return [], True
         consumer.assign(tps)
         # The ends as fetch responses report them: the embedded broker's ListOffsets "latest" is wrong
         # (services/kafka/log_end.py).
-        deadline = time.monotonic() + within
-        await pin_to_log_end(consumer, within=within)
+        await pin_to_log_end(consumer, within=max(deadline - time.monotonic(), 0.1))
         ends: Mapping[Any, int] = {tp: consumer.highwater(tp) for tp in tps}
         starts: Mapping[Any, int] = await consumer.beginning_offsets(tps)
         wanted = {tp: max(starts[tp], ends[tp] - limit) for tp in tps if ends[tp] > starts[tp]}
         for tp, offset in wanted.items():
             consumer.seek(tp, offset)
         found: list[tuple[int, int, Any]] = []
+
+        async def short() -> bool:
+            return any([await consumer.position(tp) < ends[tp] for tp in wanted])
+
         # An empty fetch is normal while the consumer warms up: stop at the ends, or at the deadline.
-        while wanted and any([await consumer.position(tp) < ends[tp] for tp in wanted]):
-            if time.monotonic() > deadline:
-                break
-            fetched = await consumer.getmany(*wanted, timeout_ms=500)
+        while await short() and time.monotonic() < deadline:
+            fetched = await consumer.getmany(*wanted, timeout_ms=200)
             found += [
                 (tp.partition, m.offset, m) for tp, batch in fetched.items() for m in batch if m.offset < ends[tp]
             ]
-        return sorted(found, key=lambda f: (f[0], f[1]))
+        return sorted(found, key=lambda f: (f[0], f[1])), not await short()
     finally:
         await consumer.stop()
 
@@ -98,9 +107,10 @@ def ops_router(rt: Runtime) -> APIRouter:
     async def lag(principal: CurrentPrincipal) -> LagReport:
         require_admin(principal)
         gen = generations.of(settings)
+        within = settings.http_ops_timeout * _READ_SHARE
         pairs = [(stage, gen.topic(role)) for stage, role in STAGE_INPUTS]
         lags = await asyncio.gather(
-            *(group_lag(settings, group_id(settings.app_id, stage), topic, within=1.2) for stage, topic in pairs),
+            *(group_lag(settings, group_id(settings.app_id, stage), topic, within=within) for stage, topic in pairs),
             return_exceptions=True,
         )
         return LagReport(
@@ -125,7 +135,7 @@ def ops_router(rt: Runtime) -> APIRouter:
         ] = 50,
     ) -> DeadLetterList:
         require_admin(principal)
-        messages = await newest(settings, topics.DLQ, limit)
+        messages, complete = await newest(settings, topics.DLQ, limit, within=settings.http_ops_timeout * _READ_SHARE)
         heads = [(m.value, {k: bytes(v) for k, v in m.headers}) for _, _, m in messages]
         opened = await sealed.open_entries(rt.keys, heads)
         entries = []
@@ -144,6 +154,6 @@ def ops_router(rt: Runtime) -> APIRouter:
                     preview=preview(entry.value),
                 )
             )
-        return DeadLetterList(entries=entries)
+        return DeadLetterList(entries=entries, complete=complete)
 
     return api

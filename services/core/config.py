@@ -323,6 +323,9 @@ class Settings(BaseSettings):
     command_wait_timeout: float = 5.0
     # The deadline of an export or import (a whole user's data), instead of http_request_timeout.
     http_transfer_timeout: float = 30.0
+    # The deadline of /v1/ops routes, instead of http_request_timeout: each reads Kafka with a consumer of its
+    # own (connect, metadata, a fetch per partition), seconds on a busy machine.
+    http_ops_timeout: float = Field(8.0, gt=0)
 
     # --- encrypted archive (services/archive) ---
     # Base64 of 32 random bytes; wraps every user's data key (table user_keys). Unset = data_dir/master-key,

@@ -132,14 +132,16 @@ def test_the_mcp_server_reads_the_error_shape_and_the_bearer_key() -> None:
     assert _bearer({}) is None
 
 
-def test_a_request_that_waits_or_moves_a_user_gets_its_own_deadline() -> None:
+def test_a_request_that_waits_moves_a_user_or_reads_kafka_gets_its_own_deadline() -> None:
     from services.api.limits import request_budget
 
     def scope(path: str, query: bytes = b"") -> dict[str, object]:
         return {"type": "http", "path": path, "query_string": query}
 
-    assert request_budget(scope("/v1/recall"), 2.0, 5.0, 30.0) == 2.0
-    assert request_budget(scope("/v1/users/u/memories", b"tenant_id=t&wait=true"), 2.0, 5.0, 30.0) == 7.0
-    assert request_budget(scope("/v1/users/u/memories", b"wait=false"), 2.0, 5.0, 30.0) == 2.0
-    assert request_budget(scope("/v1/users/u/export"), 2.0, 5.0, 30.0) == 30.0
-    assert request_budget(scope("/v1/users/u/import", b"wait=1"), 2.0, 5.0, 30.0) == 30.0
+    assert request_budget(scope("/v1/recall"), 2.0, 5.0, 30.0, 8.0) == 2.0
+    assert request_budget(scope("/v1/users/u/memories", b"tenant_id=t&wait=true"), 2.0, 5.0, 30.0, 8.0) == 7.0
+    assert request_budget(scope("/v1/users/u/memories", b"wait=false"), 2.0, 5.0, 30.0, 8.0) == 2.0
+    assert request_budget(scope("/v1/users/u/export"), 2.0, 5.0, 30.0, 8.0) == 30.0
+    assert request_budget(scope("/v1/users/u/import", b"wait=1"), 2.0, 5.0, 30.0, 8.0) == 30.0
+    assert request_budget(scope("/v1/ops/dlq", b"limit=20"), 2.0, 5.0, 30.0, 8.0) == 8.0
+    assert request_budget(scope("/v1/ops/lag"), 2.0, 5.0, 30.0, 1.0) == 2.0

@@ -272,7 +272,8 @@ async function refreshDlq() {
     item.append(el("p", `${e.partition}:${e.offset} · ${e.reason} · ${e.state}`, "meta"), el("pre", e.preview));
     list.append(item);
   }
-  if (!found.entries.length) list.append(el("li", "No dead letters."));
+  if (!found.complete) list.append(el("li", "The broker did not return every partition in time: refresh for the rest."));
+  else if (!found.entries.length) list.append(el("li", "No dead letters."));
 }
 
 async function refreshKeys() {
