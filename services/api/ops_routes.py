@@ -5,10 +5,11 @@ page, not a hot path. A fresh consumer connects, reads metadata and fetches
 each partition, which takes seconds on a busy machine, so these routes have a
 deadline of their own (MEMSTREAM_HTTP_OPS_TIMEOUT, 8 s by default) and read
 within 70% of it: a lag the broker did not report in time is null, and dead
-letters are what arrived in time, with `complete` false when some did not. A tenant admin sees the lag (no tenant data in it) and
-only its own tenant's dead letters; an operator key sees every entry. An
-entry's original bytes come back as base64 and as an escaped printable
-preview, which the console renders as text only.
+letters are what arrived in time, with `complete` false when some did not.
+A tenant admin sees the lag (no tenant data in it) and only its own tenant's
+dead letters; an operator key sees every entry. An entry's original bytes
+come back as base64 and as an escaped printable preview, which the console
+renders as text only.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ def preview(raw: bytes | None) -> str:
 async def newest(settings: Settings, topic: str, limit: int, within: float) -> tuple[list[tuple[int, int, Any]], bool]:
     """The last `limit` messages of each partition of `topic`, as (partition, offset, message), and whether all came.
 
-    `within` bounds the whole read, the consumer's start included: what has
-    not come by then is left out, and the flag says so.
+    `within` counts from the call, the consumer's start included: what has
+    not come by then is left out, and the flag says so. (A broker that never
+    answers the start leaves it to the request's deadline.)
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
