@@ -104,15 +104,18 @@ async def newest(settings: Settings, topic: str, limit: int, within: float) -> t
 def ops_router(rt: Runtime) -> APIRouter:
     api = APIRouter(route_class=StrictJsonRoute, tags=[docs.OPERATIONS])
     settings = rt.settings
+    read_within = settings.http_ops_timeout * _READ_SHARE
 
     @api.get("/v1/ops/lag", response_model=LagReport, summary="Messages each stage has not committed yet (admins)")
     async def lag(principal: CurrentPrincipal) -> LagReport:
         require_admin(principal)
         gen = generations.of(settings)
-        within = settings.http_ops_timeout * _READ_SHARE
         pairs = [(stage, gen.topic(role)) for stage, role in STAGE_INPUTS]
         lags = await asyncio.gather(
-            *(group_lag(settings, group_id(settings.app_id, stage), topic, within=within) for stage, topic in pairs),
+            *(
+                group_lag(settings, group_id(settings.app_id, stage), topic, within=read_within)
+                for stage, topic in pairs
+            ),
             return_exceptions=True,
         )
         return LagReport(
@@ -137,7 +140,7 @@ def ops_router(rt: Runtime) -> APIRouter:
         ] = 50,
     ) -> DeadLetterList:
         require_admin(principal)
-        messages, complete = await newest(settings, topics.DLQ, limit, within=settings.http_ops_timeout * _READ_SHARE)
+        messages, complete = await newest(settings, topics.DLQ, limit, within=read_within)
         heads = [(m.value, {k: bytes(v) for k, v in m.headers}) for _, _, m in messages]
         opened = await sealed.open_entries(rt.keys, heads)
         entries = []
