@@ -263,19 +263,30 @@ def parts(samples: list[dict[str, Any]], split: int) -> dict[str, set[str]]:
     return {f"0-{split - 1}": set(ids[:split]), f"{split}-{len(ids) - 1}": set(ids[split:])}
 
 
-def short(lines: list[dict[str, Any]], answers: Any, part: set[str]) -> str:
-    """R@5, R@10 and multi-hop R@10 of one part's questions (the goal's three figures)."""
-    table = locomo.recall_at_k([line for line in lines if line["sample_id"] in part], answers)
+def short(lines: list[dict[str, Any]], answers: Any, part: set[str], backing: locomo.TurnStems | None = None) -> str:
+    """R@5, R@10 and multi-hop R@10 of one part's questions (the goal's three figures); with `backing`, text-backed too.
+
+    The text-backed pair (locomo.recall_at_k) shows a gain that provenance alone bought: an episode
+    credited for turns its text does not hold.
+    """
+    mine = [line for line in lines if line["sample_id"] in part]
+    table = locomo.recall_at_k(mine, answers)
     overall, multi = table["overall 1-5"], table["multi-hop"]
 
     def at(row: dict[str, float], k: str) -> str:
         return f"{row[k]:.1f}" if k in row else "-"  # a part without such questions
 
-    return f"R@5 {at(overall, 'R@5')} R@10 {at(overall, 'R@10')} multi@10 {at(multi, 'R@10')}"
+    shown = f"R@5 {at(overall, 'R@5')} R@10 {at(overall, 'R@10')} multi@10 {at(multi, 'R@10')}"
+    if backing is None:
+        return shown
+    backed = locomo.recall_at_k(mine, answers, backing)
+    return shown + f" (text-backed R@10 {at(backed['overall 1-5'], 'R@10')} multi@10 {at(backed['multi-hop'], 'R@10')})"
 
 
-def by_part(lines: list[dict[str, Any]], answers: Any, split: dict[str, set[str]]) -> str:
-    return " | ".join(f"{name}: {short(lines, answers, ids)}" for name, ids in split.items())
+def by_part(
+    lines: list[dict[str, Any]], answers: Any, split: dict[str, set[str]], backing: locomo.TurnStems | None = None
+) -> str:
+    return " | ".join(f"{name}: {short(lines, answers, ids, backing)}" for name, ids in split.items())
 
 
 def variants(base: Settings) -> Iterator[tuple[str, Settings]]:
@@ -317,6 +328,7 @@ class Asked:
     now: dict[str, datetime]
     depth: int
     answers: Any
+    backing: locomo.TurnStems
 
 
 def _asked(samples: list[dict[str, Any]], rows_file: Path, depth: int | None, at_end: bool) -> Asked:
@@ -334,7 +346,8 @@ def _asked(samples: list[dict[str, Any]], rows_file: Path, depth: int | None, at
         f"{len(rows)} memories, {len(questions)} questions, asked {'a day after each conversation' if at_end else 'now'}"
     )
     depth = max(depth or base.recall_leg_depth, TOP_K)  # as recall reads the legs (recall.leg_depth)
-    return Asked(questions, rows, [r for r, _, _ in rows], now, depth, locomo.gold(samples))
+    records = [r for r, _, _ in rows]
+    return Asked(questions, rows, records, now, depth, locomo.gold(samples), locomo.turn_stems(samples))
 
 
 async def grid(
@@ -353,14 +366,14 @@ async def grid(
     for label, bm25_settings in bm25_variants(base) if bm25_only else [("defaults", base)]:
         await _legs(a.questions, a.rows, Bm25Encoder.from_settings(bm25_settings), a.depth)
         lines = evaluate(a.questions, a.records, bm25_settings, a.now)
-        print(f"{label}: {json.dumps(figures(lines, a.answers))}\n  {by_part(lines, a.answers, halves)}")
+        print(f"{label}: {json.dumps(figures(lines, a.answers))}\n  {by_part(lines, a.answers, halves, a.backing)}")
     if bm25_only:
         return
     for name, settings in variants(base):
         if only and not any(o in name for o in only):
             continue
         lines = evaluate(a.questions, a.records, settings, a.now, zero_context="get 0" in name)
-        print(f"  {name}: {json.dumps(figures(lines, a.answers))}\n    {by_part(lines, a.answers, halves)}")
+        print(f"  {name}: {json.dumps(figures(lines, a.answers))}\n    {by_part(lines, a.answers, halves, a.backing)}")
 
 
 # The second-hop steps measured here (none reached the goal on held-out conversations; see `hops`).
@@ -446,7 +459,7 @@ async def hops(
     live = {r.id: LiveHit.of(r) for r in a.records}
 
     def show(name: str, lines: list[dict[str, Any]]) -> None:
-        print(f"  {name}: {by_part(lines, a.answers, halves)}", flush=True)
+        print(f"  {name}: {by_part(lines, a.answers, halves, a.backing)}", flush=True)
 
     async with _index(a.rows, bm25) as index:
         await _ask(index, a.questions, bm25, a.depth)

@@ -77,6 +77,24 @@ def test_recall_at_k_counts_covered_evidence_in_rank_order() -> None:
     assert table["overall 1-5"]["n"] == 2
 
 
+def test_text_backed_recall_needs_the_turns_words_in_the_memory_not_only_its_provenance() -> None:
+    answers = locomo.gold([SAMPLE])
+    backing = locomo.turn_stems([SAMPLE])
+    assert backing[("conv-x", "D1:1")] == {"adopt", "cat"}  # the speaker's name is not the turn's content
+    assert backing[("conv-x", "D1:2")] == {"love", "photo", "cat"}  # the caption counts
+    session = ["D1:1", "D1:2"]
+    results = [
+        # An episode naming the whole session whose text holds only the adoption.
+        {"sample_id": "conv-x", "qa_index": 0, "retrieved": [{"source_dia_ids": session, "text": "Ann adopted cats."}]},
+        {"sample_id": "conv-x", "qa_index": 1, "retrieved": [{"source_dia_ids": session, "text": "Ann adopted cats."}]},
+    ]
+    by_provenance = locomo.recall_at_k(results, answers)
+    backed = locomo.recall_at_k(results, answers, backing)
+    assert by_provenance["single-hop"]["R@1"] == backed["single-hop"]["R@1"] == 100.0
+    assert by_provenance["multi-hop"]["R@1"] == 50.0  # D1:2 by provenance; D2:1 not retrieved
+    assert backed["multi-hop"]["R@1"] == 0.0  # "cat" is a third of D1:2's words: below half
+
+
 SCORER = Path(__file__).resolve().parents[3] / "shared" / "bench" / "locomo_score.py"
 
 

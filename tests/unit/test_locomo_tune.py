@@ -50,3 +50,7 @@ def test_parts_split_the_conversations_and_by_part_scores_each() -> None:
     shown = by_part(lines, answers, halves)
     assert "0-2: R@5 100.0 R@10 100.0 multi@10 100.0" in shown
     assert "3-3: R@5 0.0 R@10 0.0 multi@10 -" in shown
+    lines[0]["retrieved"][0]["text"] = "The weather was fine."
+    backing = {("c0", "D1:1"): {"paint", "lake"}, ("c3", "D1:2"): {"run"}}
+    backed = by_part(lines, answers, halves, backing)
+    assert "0-2: R@5 100.0 R@10 100.0 multi@10 100.0 (text-backed R@10 0.0 multi@10 0.0)" in backed
