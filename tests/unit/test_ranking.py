@@ -10,13 +10,11 @@ from services.core.textutil import count_tokens
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
-def cand(
-    cid: str, text: str = "some memory text", sim: float = 0.5, days: float = 0, pinned: bool = False
-) -> Candidate:
+def cand(cid: str, text: str = "", sim: float = 0.5, days: float = 0, pinned: bool = False) -> Candidate:
     return Candidate(
         id=cid,
         type="exchange",
-        text=text,
+        text=text or f"memory text of {cid}",  # distinct: pack skips a memory whose words one taken holds
         similarity=sim,
         importance=0.5,
         access_count=0,
@@ -158,3 +156,33 @@ def test_a_memory_taken_from_a_turn_the_answer_holds_is_left_out_for_something_n
     # Ranked above the turn, a memory from it stays: only what comes after the turn is redundant.
     chosen, _ = pack([ranked[1], ranked[0]], top_k=10, token_budget=1000)
     assert [c.id for c in chosen] == ["its question", "turn"]
+
+
+def test_a_memory_an_earlier_one_quotes_word_for_word_is_left_out() -> None:
+    episode = replace(cand("episode", "Trip to Oslo. user: Caroline: I booked the ferry to Oslo!"), type="episode")
+    ranked = [
+        episode,
+        cand("quoted", "Caroline: I booked the ferry to Oslo."),  # punctuation and case do not matter
+        cand("longer", "Caroline: I booked the ferry to Oslo for May."),  # says more: kept
+        cand("part of a word", "Trip to Osl"),  # whole words only: kept
+        cand("pinned", "I booked the ferry", pinned=True),  # pinned: always kept
+    ]
+    chosen, used = pack(ranked, top_k=10, token_budget=1000)
+    assert [c.id for c in chosen] == ["episode", "longer", "part of a word", "pinned"]
+    assert used == sum(count_tokens(c.text) + 3 for c in chosen)
+    # Ranked above the episode, the exchange stays: the episode says more than it.
+    chosen, _ = pack([ranked[1], episode], top_k=10, token_budget=1000)
+    assert [c.id for c in chosen] == ["quoted", "episode"]
+
+
+@given(st.lists(st.lists(st.sampled_from(["oslo", "ferry", "may", "trip"]), min_size=1, max_size=4), max_size=12))
+def test_no_memory_taken_repeats_the_words_of_one_taken_before(texts: list[list[str]]) -> None:
+    ranked = [cand(f"m{i}", " ".join(words)) for i, words in enumerate(texts)]
+    chosen, _ = pack(ranked, top_k=20, token_budget=10_000)
+    spaced = [f" {c.text} " for c in chosen]
+    assert all(spaced[j] not in spaced[i] for i in range(len(spaced)) for j in range(i + 1, len(spaced)))
+    # Every memory left out is held by one taken before it.
+    for c in ranked:
+        if c not in chosen:
+            before = [t for t in chosen if ranked.index(t) < ranked.index(c)]
+            assert any(f" {c.text} " in f" {t.text} " for t in before)
