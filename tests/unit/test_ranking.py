@@ -186,3 +186,18 @@ def test_no_memory_taken_repeats_the_words_of_one_taken_before(texts: list[list[
         if c not in chosen:
             before = [t for t in chosen if ranked.index(t) < ranked.index(c)]
             assert any(f" {c.text} " in f" {t.text} " for t in before)
+
+
+def test_rank_scores_copies_and_leaves_the_candidates_it_was_given_as_they_were() -> None:
+    given = [cand("a", sim=0.9, days=3), replace(cand("b", sim=0.2), entities=["Oslo"], access_count=4)]
+    before = [replace(c) for c in given]
+    ranked = rank(given, "trip to Oslo", NOW, Weights())
+    assert given == before  # not scored in place
+    for c in ranked:
+        original = next(g for g in given if g.id == c.id)
+        assert c == replace(original, signals=c.signals, score=c.score)  # every other field as it was
+        assert c.score > 0
+        assert set(c.signals) == {"similarity", "recency", "importance", "access", "entity"}
+    assert [c.id for c in ranked] == ["a", "b"]
+    assert ranked[1].signals["entity"] == 1.0
+    assert ranked[1].signals["access"] > 0
