@@ -358,6 +358,9 @@ class Settings(BaseSettings):
     read_replica_nice: int = Field(10, ge=0, le=19)
     # Seconds after which a replica that has not reported its position is no longer waited for by ?wait=true.
     replica_stale_seconds: float = Field(10.0, gt=0)
+    # Replicas keep an even share of the port's connections: one over its share answers with `connection: close`
+    # and the client reconnects wherever the kernel places it (services/api/balance.py). False: the kernel's hash.
+    replica_balance: bool = True
 
     # --- a durable embedded log (ops/embedded/broker.py, ops/s3store.py) ---
     # Where `memstream up`'s tansu keeps topics and consumer offsets. s3: files under data_dir/kafka, served by

@@ -101,6 +101,15 @@ REPLICA_LAG = Gauge(
 REPLICA_REPORT_AGE = Gauge(
     "memstream_replica_report_age_seconds", "Seconds since a read replica last reported its position", ["replica"]
 )
+# Read replicas share a port; each keeps near an even share of its connections (services/api/balance.py).
+REPLICA_CONNECTIONS = Gauge(
+    "memstream_replica_connections", "HTTP connections a read replica holds open (its own, as scraped)", ["replica"]
+)
+REPLICA_REBALANCED = Counter(
+    "memstream_replica_rebalanced_total",
+    "Responses a read replica over its share of connections answered with connection: close",
+    ["replica"],
+)
 GENERATION_LAG = Gauge(
     "memstream_generation_rebuild_lag_messages",
     "Messages a generation being rebuilt has yet to process, over all its stages",

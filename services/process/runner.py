@@ -21,8 +21,10 @@ import mode
 import uvicorn
 import uvloop
 from prometheus_client import start_http_server
+from starlette.types import ASGIApp
 
 from agents.app import build_apps
+from services.api.balance import Board, ConnectionBalance, Rebalance
 from services.api.server import server_config, shared_port
 from services.api.serving import read_service
 from services.core import metrics, tracing
@@ -204,6 +206,7 @@ def run_api(settings: Settings) -> None:
         await runtime.start()
         api, serving = read_service(runtime)
         follower = asyncio.create_task(serving.follow(settings.generation_refresh_seconds))
+        balancing: asyncio.Task[None] | None = None
         try:
             sockets = None
             if settings.replica is not None:
@@ -211,9 +214,18 @@ def run_api(settings: Settings) -> None:
                 await serving.start_replica(fresh=fresh)
                 sockets = [shared_port(settings.http_host, settings.http_port)]
             _tune_interpreter(settings)
-            server = uvicorn.Server(server_config(api, settings))
+            if settings.replica is not None and settings.replica_balance:
+                board = Board(settings.data_dir / "replicas" / "connections")
+                balance = ConnectionBalance(board, settings.replica, lambda: len(server.server_state.connections))
+                served: ASGIApp = Rebalance(api, balance)
+                balancing = asyncio.create_task(balance.run())
+            else:
+                served = api
+            server = uvicorn.Server(server_config(served, settings))
             await server.serve(sockets=sockets)
         finally:
+            if balancing is not None:
+                balancing.cancel()
             follower.cancel()
             await serving.stop()
             await runtime.stop()

@@ -12,8 +12,9 @@ import asyncio
 import os
 import shutil
 import signal
+import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,29 @@ def everywhere(stack: Stack, user: str, query: str, text: str) -> bool:
     return set(seen) == set(REPLICAS) and all(any(text in t for t in texts) for texts in seen.values())
 
 
+def even_split(stack: Stack, clients: int, within: float) -> Counter[str]:
+    """Where `clients` keep-alive connections are once they have stayed evenly split for three rounds.
+
+    Each round every client asks once; a response with `connection: close`
+    (a replica over its share) means that client reconnects on its next ask.
+    """
+    pool = [httpx.Client(base_url=stack.base_url, headers=stack.headers, timeout=30) for _ in range(clients)]
+    deadline, steady = time.monotonic() + within, 0
+    split: Counter[str] = Counter()
+    try:
+        while time.monotonic() < deadline and steady < 3:
+            answers = [c.get("/healthz") for c in pool]
+            kept = [r for r in answers if r.headers.get("connection") != "close"]
+            split = Counter(r.headers["x-memstream-replica"] for r in kept)
+            even = len(kept) == clients and max(split.values()) - min(split.values(), default=0) <= 1
+            steady = steady + 1 if even and len(split) == len(REPLICAS) else 0
+            time.sleep(0.3)
+    finally:
+        for c in pool:
+            c.close()
+    return split
+
+
 def replica_pid(stack: Stack, number: int) -> int:
     return int((stack.data_dir / "run" / f"replica-{number}.pid").read_text())
 
@@ -111,6 +135,9 @@ async def test_replicas_share_a_port_and_each_serve_every_write(replicas_stack: 
     assert set(seen) == set(REPLICAS)
     for name, texts in seen.items():
         assert "Prefers window seats on night trains" in texts, (name, texts)
+
+    # Eight keep-alive clients end up four on each replica, wherever the kernel first placed them.
+    assert even_split(stack, clients=8, within=30) == {"r1": 4, "r2": 4}
 
     # A replica killed is started again, on its own shard, while the other answers meanwhile.
     first = replica_pid(stack, 1)
