@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import mmap
-import os
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +34,7 @@ from pathlib import Path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.core import metrics
+from services.core.mapped import mapped
 
 # count, written at (wall clock: the processes share it, a monotonic clock is per boot anyway)
 _SLOT = struct.Struct("<qd")
@@ -57,14 +56,7 @@ class Board:
     """The shared file of connection counts, one slot per replica (1-based, as settings.replica)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            if os.fstat(fd).st_size < SLOTS * _SLOT.size:
-                os.ftruncate(fd, SLOTS * _SLOT.size)  # zeros: count 0, written at 0 (stale)
-            self._map = mmap.mmap(fd, SLOTS * _SLOT.size)
-        finally:
-            os.close(fd)
+        self._map = mapped(path, SLOTS * _SLOT.size)  # zeros: count 0, written at 0 (stale)
 
     def write(self, replica: int, count: int, at: float) -> None:
         _SLOT.pack_into(self._map, (replica - 1) * _SLOT.size, count, at)

@@ -9,6 +9,10 @@ and lets recalls take less of the process while ingest is behind.
 
 One record per process, as the metrics are: the stages and the read service
 share no other object (the read service runs on a copy of the Runtime).
+Processes of one stack share a late mark as well (LateMark): read replicas
+and worker processes are separate processes on the same cores, and a
+replica that saw only its own index feed took every core from the stages
+while they fell 10 s behind (`make bench-replicas`, 8 clients).
 
 A read's own side effects do not count: recall's access marks reach the
 commands stage in one burst per window (services/api/access.py), and a mark
@@ -20,25 +24,70 @@ gate's longest wait (p95 0.23 s against 0.05 s). Nor does derived work
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+from services.core.mapped import mapped
+
+
+class LateMark:
+    """When a stage batch of any process of the stack last started late: one wall-clock time in a file they all map.
+
+    Every writer writes "now", so the last write wins and is the latest;
+    an aligned 8-byte write is not torn on the platforms we run on.
+    """
+
+    _AT = struct.Struct("<d")
+
+    def __init__(self, path: Path) -> None:
+        self._map = mapped(path, self._AT.size)
+
+    def mark(self, at: float) -> None:
+        self._AT.pack_into(self._map, 0, at)
+
+    def last(self) -> float:
+        return float(self._AT.unpack_from(self._map, 0)[0])
+
+    def close(self) -> None:
+        self._map.close()
 
 
 class Backlog:
-    """The latest wait each stage saw at the start of a batch, and when."""
+    """The latest wait each stage saw at the start of a batch, and when; and the stack's late mark, if shared."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self._clock = clock
+        self._wall = wall
         self._seen: dict[str, tuple[float, float]] = {}  # stage → (when, seconds its oldest event had waited)
+        self._mark: LateMark | None = None
+        self._publish_over: float | None = None
+
+    def share(self, mark: LateMark, publish_over: float | None) -> None:
+        """Read the stack's late mark in `behind`; with `publish_over`, set it when a batch here waited longer.
+
+        A process running stages publishes; a read replica only reads (its
+        own index feed running late is its own business, not the others').
+        """
+        self._mark, self._publish_over = mark, publish_over
 
     def saw(self, stage: str, waited: float) -> None:
         self._seen[stage] = (self._clock(), waited)
+        if self._mark is not None and self._publish_over is not None and waited > self._publish_over:
+            self._mark.mark(self._wall())
 
     def behind(self, over: float, within: float) -> bool:
-        """A stage started a batch in the last `within` seconds whose oldest event had waited over `over`."""
+        """A stage started a batch in the last `within` seconds whose oldest event had waited over `over`.
+
+        The stages of other processes count through the shared mark, at the
+        threshold they publish with (the stack's one setting).
+        """
         since = self._clock() - within
-        return any(at >= since and waited > over for at, waited in self._seen.values())
+        if any(at >= since and waited > over for at, waited in self._seen.values()):
+            return True
+        return self._mark is not None and self._wall() - self._mark.last() <= within
 
     def clear(self) -> None:
         self._seen.clear()

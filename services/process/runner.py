@@ -27,7 +27,8 @@ from agents.app import build_apps
 from services.api.balance import Board, ConnectionBalance, Rebalance
 from services.api.server import server_config, shared_port
 from services.api.serving import read_service
-from services.core import metrics, tracing
+from services.core import backlog, metrics, tracing
+from services.core.backlog import LateMark
 from services.core.config import Settings
 from services.core.stages import INDEX_STAGE, STAGE_NAMES
 from services.runtime import Runtime
@@ -153,10 +154,26 @@ class _Stages(mode.Service):
             await app.stop()
 
 
+def late_mark(settings: Settings) -> LateMark:
+    """The stack's shared late mark (services/core/backlog.py), beside the processes' pid files."""
+    return LateMark(settings.data_dir / "run" / "ingest-late")
+
+
+def publish_over(settings: Settings) -> float | None:
+    """How late a worker's stage batch must be to pace the stack's reads; None: never.
+
+    A generation other than the default reads history (while it is built,
+    its every batch is "late"): background work that paces no one.
+    """
+    return settings.ingest_behind_seconds if settings.generation is None else None
+
+
 def run_worker(settings: Settings, *, with_api: bool, stages: Sequence[str] = STAGE_NAMES) -> None:
     """One Faust worker running the apps of `stages` (one consumer group each), and the read service if asked."""
     _use_uvloop()
     tracing.configure("worker")
+    # Its stages' late batches pace the stack's read processes too, and its read service (if any) hears theirs.
+    backlog.STAGES.share(late_mark(settings), publish_over=publish_over(settings))
     runtime = Runtime.create(settings)
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     stage_apps = build_apps(settings, runtime, stages)
@@ -232,4 +249,5 @@ def run_api(settings: Settings) -> None:
 
     _use_uvloop()
     tracing.configure("api")
+    backlog.STAGES.share(late_mark(settings), publish_over=None)  # paced by the stages, wherever they run
     asyncio.run(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from services.api.read_gate import CUT_EVERY, GROWTH_PER_SECOND, ReadGate
 from services.core import backlog
-from services.core.backlog import Backlog, oldest_wait
+from services.core.backlog import Backlog, LateMark, oldest_wait
 
 
 class Clock:
@@ -40,6 +41,32 @@ def test_a_late_batch_counts_only_while_recent_and_only_over_the_limit() -> None
     assert not backlog.behind(over=0.5, within=1.0)  # no batch since: nothing says the stages are behind now
     backlog.saw("embedder", 0.1)
     assert not backlog.behind(over=0.5, within=1.0)  # its latest batch replaced the late one
+
+
+def test_a_late_batch_in_another_process_of_the_stack_counts_through_the_shared_mark(tmp_path: Path) -> None:
+    clock = Clock()  # one clock for both: a wall clock is shared by the processes of one host
+    worker, replica = Backlog(clock, wall=clock), Backlog(clock, wall=clock)
+    worker.share(LateMark(tmp_path / "run" / "ingest-late"), publish_over=0.5)
+    replica.share(LateMark(tmp_path / "run" / "ingest-late"), publish_over=None)
+    worker.saw("window", 0.3)
+    assert not replica.behind(over=0.5, within=1.0)
+    worker.saw("embedder", 0.8)
+    assert replica.behind(over=0.5, within=1.0)
+    replica.saw("index_replica", 9.0)  # a replica's own feed: its business, not the stack's
+    clock.now += 1.5
+    assert not replica.behind(over=0.5, within=1.0)
+    assert not worker.behind(over=0.5, within=1.0)
+
+
+def test_the_worker_shares_its_late_batches_unless_it_builds_a_generation(tmp_path: Path) -> None:
+    from services.core.config import Settings
+    from services.process.runner import late_mark, publish_over
+
+    settings = Settings(data_dir=tmp_path, ingest_behind_seconds=0.25)
+    assert publish_over(settings) == 0.25
+    assert publish_over(settings.model_copy(update={"generation": "v2"})) is None
+    late_mark(settings).mark(1_000.0)
+    assert late_mark(settings).last() == 1_000.0  # every process of the stack maps the same file
 
 
 def gate(clock: Clock, floor: float = 0.05, max_wait: float = 10.0) -> tuple[ReadGate, Backlog]:
