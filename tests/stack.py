@@ -72,6 +72,13 @@ class Stack:
         """Where worker `number` serves its metrics (the read service's process serves its own on /metrics)."""
         return f"http://127.0.0.1:{int(self.env['MEMSTREAM_WORKER_METRICS_PORT']) + number - 1}/metrics"
 
+    @property
+    def stages_url(self) -> str:
+        """Where the process running the stages serves its metrics: with read replicas it has no HTTP API."""
+        if int(self.env.get("MEMSTREAM_READ_REPLICAS", "0") or 0):
+            return f"http://127.0.0.1:{self.env['MEMSTREAM_WORKER_METRICS_PORT']}"
+        return self.base_url
+
     def partitions_held(self, number: int | None = None) -> dict[str, int]:
         """Partitions worker `number` (None: the read service's process) holds, by stage."""
         if number is None:

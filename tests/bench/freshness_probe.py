@@ -102,7 +102,7 @@ def read_metrics(text: str) -> dict[str, float]:
 async def sample(stack: Stack, t0: list[float], rows: list[dict[str, Any]], stop: asyncio.Event) -> None:
     """Every 0.5 s: deltas of CPU and the per-stage series since the last sample, lags as they stand."""
     pid = stack.app_pid()
-    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+    async with httpx.AsyncClient(base_url=stack.stages_url, timeout=10) as client:
         last_cpu, last_at, last_busy = cpu_seconds(pid), time.perf_counter(), machine_busy()
         last_commands = cpu_by_command()
         last = read_metrics((await client.get("/metrics")).text)
@@ -188,7 +188,7 @@ async def on_stack(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     if args.seed:
         seeded: dict[str, Any] = {}
         await recall_load.seed(
-            stack.base_url, settings.kafka_bootstrap, settings.pg_dsn, args.seed, args.load_users, 900, seeded
+            stack.stages_url, settings.kafka_bootstrap, settings.pg_dsn, args.seed, args.load_users, 900, seeded
         )
         print("seed:", seeded, flush=True)
     timeline: list[dict[str, Any]] = []

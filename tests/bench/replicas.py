@@ -76,11 +76,6 @@ def replicas_settled(stack: Stack, count: int) -> bool:
     return len(listed) >= count and all(r["lag"] == 0 and r["report_age_seconds"] < 5 for r in listed.values())
 
 
-def metrics_url(stack: Stack) -> str:
-    """The stage process's own metrics (with replicas the app process has no HTTP API)."""
-    return f"http://127.0.0.1:{stack.env['MEMSTREAM_WORKER_METRICS_PORT']}"
-
-
 async def measure(stack: Stack, plan: Plan, count: int, out: dict[str, Any]) -> None:
     url, headers = stack.base_url, stack.headers
     pids = replica_pids(stack, count)
@@ -114,9 +109,7 @@ def run(plan: Plan, counts: list[int]) -> dict[str, Any]:
         with embedded_stack(data_dir, env(1)) as stack:
             seed: dict[str, Any] = {}
             dsn = stack_settings(stack).pg_dsn
-            asyncio.run(
-                recall_load.seed(metrics_url(stack), stack.bootstrap, dsn, plan.memories, plan.users, 1800, seed)
-            )
+            asyncio.run(recall_load.seed(stack.stages_url, stack.bootstrap, dsn, plan.memories, plan.users, 1800, seed))
             started = time.perf_counter()
             wait_for(lambda: replicas_settled(stack, 1), 900, "replica 1 caught up", 1.0)
             seed["replica_catch_up_seconds"] = time.perf_counter() - started

@@ -250,13 +250,6 @@ def restarts(stack: Stack) -> int:
     return (stack.data_dir / "up.log").read_text(errors="replace").count(" exited with ")
 
 
-def stage_metrics_url(stack: Stack, replicas: int) -> str:
-    """Where the process running the stages serves metrics: with replicas the app has no HTTP API of its own."""
-    if replicas:
-        return f"http://127.0.0.1:{stack.env['MEMSTREAM_WORKER_METRICS_PORT']}"
-    return stack.base_url
-
-
 async def stage_counters(client: httpx.AsyncClient) -> dict[str, Any]:
     return {
         "lag": lag_by_topic(await scrape(client, "memstream_consumer_lag_messages")),
@@ -307,7 +300,7 @@ class RecallClients:
 async def soak(stack: Stack, plan: Plan, results: dict[str, Any]) -> None:
     settings = stack_settings(stack)
     url, headers = stack.base_url, stack.headers
-    metrics = stage_metrics_url(stack, plan.replicas)
+    metrics = stack.stages_url
     seed: dict[str, Any] = {}
     await recall_load.seed(metrics, stack.bootstrap, settings.pg_dsn, plan.seed_memories, plan.seed_users, 900, seed)
     results["seed"] = seed
