@@ -4,9 +4,10 @@ Replicas share one port with SO_REUSEPORT, and the kernel places each new
 connection by a hash of its addresses: with few long-lived keep-alive
 connections that is far from even. Eight clients over two replicas split
 4/4 only about a quarter of the time; 6/2 or worse a quarter of the time,
-and then one replica queues three requests for each of the other's, so the
-clients on it see the slow half of the latency (p95 36 ms against a p50 of
-17 ms in one run), while the machine has cores to spare.
+and then one replica queues three requests for each of the other's while
+the other idles: a machine with cores to spare leaves them unused (on 2
+saturated cores it evened the replicas' CPU, 0.68 / 0.52 -> 0.60 / 0.59,
+but not the p95: docs/operations/scaling.md).
 
 So each replica writes how many connections it holds into its slot of a
 small shared file (`data_dir/replicas/connections`, one slot per replica,

@@ -37,7 +37,8 @@ class LateMark:
     """When a stage batch of any process of the stack last started late: one wall-clock time in a file they all map.
 
     Every writer writes "now", so the last write wins and is the latest;
-    an aligned 8-byte write is not torn on the platforms we run on.
+    an aligned 8-byte write is not torn on the platforms we run on. A
+    process keeps its mark mapped for its whole life.
     """
 
     _AT = struct.Struct("<d")
@@ -50,9 +51,6 @@ class LateMark:
 
     def last(self) -> float:
         return float(self._AT.unpack_from(self._map, 0)[0])
-
-    def close(self) -> None:
-        self._map.close()
 
 
 class Backlog:
