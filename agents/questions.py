@@ -13,10 +13,12 @@ question is open when
   that", "let's park testing until …", "we can look at that later");
 - the reply turns away from it ("speaking of …", "have you considered …",
   "let's talk about …");
-- the user dropped it: a later sentence of the same turn moves on
-  ("Actually, never mind — what about hotels?", "Anyway, …") and the reply
-  does not take it up all the same;
-- the reply answers another question of the same turn and not this one;
+- the user dropped it: a later sentence of the same turn, or a message
+  the user sent before the reply came, moves on ("Actually, never mind —
+  what about hotels?", "Anyway, …") and the reply does not take it up all
+  the same;
+- the reply answers another question of the same turn (or of such a later
+  message) and not this one;
 - the reply does not address it but asks something back (a clarifying
   question or an offer, not "anything else?"; "not sure, it depends — how
   old are you?" is one too), and then the user moves on or says goodbye,
@@ -36,8 +38,10 @@ like in Reykjavik in March?" — "Expect 0 to 3 °C." shares no term).
 A question put off is not open after all when a later turn of the chunk
 shares two of its terms: the assistant came back to it, or the user
 answered it ("the screen says gate 14 for the Lisbon flight"). Nor is one
-the user answers or settles in the same turn ("Oh, found it", "Never mind,
-I'll call them"). A question a trimmed chunk leaves hanging (no reply, or
+the user answers or settles in the same turn or before the reply ("Oh,
+found it", "Never mind, I'll call them"). Users often send two messages
+before the assistant answers, so the messages between a question and its
+reply are read as the rest of the question's turn. A question a trimmed chunk leaves hanging (no reply, or
 a question back not answered yet) may still be answered in the turns the
 window kept, so only a session end makes it open.
 
@@ -92,6 +96,8 @@ _DEFER = re.compile(
     r"|(?:park|table|shelve|hold off on|pause) [^.!?]{0,30}?\b(?:until|for now|for later|later)"
     r"|set (?:that|this|it) aside|before we (?:get|go|dive|move|jump) (?:to|into|on)"
     r"|(?:revisit|return to) (?:that|this|it)"
+    r"|(?:come|circle|get|go) back to [^.!?]{0,40}?\b(?:later|afterwards|shortly|soon|next time"
+    r"|in a (?:moment|minute|bit|second|sec))"
     r"|(?:we'll|we will|i'll|i will|let's|we can|we could) (?:get to|come to|cover|look at|talk about|discuss|tackle"
     r"|deal with|sort out|go over|look into) [^.!?]{0,40}?\b(?:later|afterwards|after|shortly|soon|next|once|when"
     r"|in a (?:moment|minute|bit|second|sec)))\b",
@@ -208,6 +214,11 @@ class _Said:
     @cached_property
     def terms(self) -> frozenset[str]:
         return terms(self.turn.content)
+
+    @cached_property
+    def question_terms(self) -> list[frozenset[str]]:
+        """What each of the turn's questions is about."""
+        return [terms(s) for s in self.sentences if is_question(s)]
 
     @cached_property
     def statement_terms(self) -> frozenset[str]:
@@ -327,21 +338,27 @@ class _Reading:
             self._on_topic[(r, u)] = bool(self.said(r).terms & self.said(u).terms)
         return self._on_topic[(r, u)]
 
+    def before_reply(self, i: int, r: int | None) -> list[_Said]:
+        """The user's further messages after turn `i` and before reply `r` (none: as far as LOOKAHEAD reaches)."""
+        end = min(len(self.turns), i + 1 + LOOKAHEAD) if r is None else r
+        return [self.said(j) for j in range(i + 1, end) if self.turns[j].role is Role.USER]
+
     def left_open(self, i: int, k: int, question: str, skipped: bool) -> bool:
         """Whether sentence `k` of user turn `i`, `question`, is left open by the chunk.
 
-        `skipped`: the reply addressed another question of the turn, not this one.
+        `skipped`: the reply addressed another question of the turn (or of a message before the reply), not this one.
         """
         asker = self.said(i)
-        if asker.last_realised > k:
-            return False
         asked = terms(question)
         within = i + 1 + LOOKAHEAD
         r = self.next_turn(i, Role.ASSISTANT, within)
+        more = self.before_reply(i, r)
+        if asker.last_realised > k or any(m.last_realised >= 0 for m in more):
+            return False
         if r is None:
             return self.session_ended and not self.taken_up(asked, i, within)
         reply = self.said(r)
-        if asker.last_pivot > k:
+        if asker.last_pivot > k or any(m.last_pivot >= 0 for m in more):
             return not _shares(asked, reply.content, MIN_SHARED_TERMS)
         if (reply.puts_off and not reply.clarifies) or skipped:
             return not self.taken_up(asked, r, within)
@@ -391,8 +408,12 @@ def unresolved(turns: Sequence[TurnEvent], *, session_ended: bool) -> list[tuple
         addressed = {
             k for k, q in asked if reply is not None and k >= asker.last_pivot and _shares(terms(q), reply.content)
         }
+        # A question the user sent next, before the reply, that the reply took up instead.
+        later = reply is not None and any(
+            _shares(q, reply.content) for m in reading.before_reply(i, r) for q in m.question_terms
+        )
         for k, question in asked:
-            skipped = k >= asker.last_pivot and k not in addressed and bool(addressed)
+            skipped = k >= asker.last_pivot and k not in addressed and (bool(addressed) or later)
             if reading.left_open(i, k, question, skipped):
                 found.append((turn, question))
     return found

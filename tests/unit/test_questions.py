@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from agents.questions import answers, question_candidates, unresolved
-from schemas import EvictedChunk, MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, TurnEvent
+from schemas import EvictedChunk, MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Role, TurnEvent
 from schemas.memory import Question, QuestionState
 from services.core.open_questions import touches
 from services.core.textutil import content_hash
@@ -38,6 +38,54 @@ def test_an_unreplied_question_is_open_only_when_the_session_ended() -> None:
     """In a trimmed chunk the reply may still sit in the working window."""
     assert unresolved([ASKED], session_ended=False) == []
     assert [q for _, q in unresolved([ASKED], session_ended=True)] == [ASKED.content]
+
+
+def said(*messages: tuple[Role, str]) -> list[TurnEvent]:
+    """Turns with the roles given (turn_event alternates them; users often send two messages in a row)."""
+    return [turn_event(i, text).model_copy(update={"role": role}) for i, (role, text) in enumerate(messages)]
+
+
+def test_a_question_the_user_drops_in_a_second_message_before_the_reply_is_open() -> None:
+    turns = said(
+        (Role.USER, "Is rye flour worth trying in sourdough?"),
+        (Role.USER, "Actually, never mind that. What temperature should the water be?"),
+        (Role.ASSISTANT, "Certainly! Lukewarm water around 27 C is ideal."),
+    )
+    assert [q for _, q in unresolved(turns, session_ended=True)] == ["Is rye flour worth trying in sourdough?"]
+
+
+def test_a_question_passed_over_for_the_users_next_one_is_open_and_one_the_reply_covers_is_not() -> None:
+    skipped = said(
+        (Role.USER, "Can I deduct my home office as a freelancer?"),
+        (Role.USER, "When is the quarterly estimated tax payment due?"),
+        (Role.ASSISTANT, "The next estimated payment is due on January 15."),
+    )
+    assert [q for _, q in unresolved(skipped, session_ended=True)] == ["Can I deduct my home office as a freelancer?"]
+    covered = said(
+        (Role.USER, "What's a good beginner deadlift weight?"),
+        (Role.USER, "And how many sets should I do?"),
+        (Role.ASSISTANT, "Start your deadlift with the bar or about 40 kg, and do 3 sets of 5."),
+    )
+    assert unresolved(covered, session_ended=True) == []
+
+
+def test_a_question_the_user_settles_in_a_second_message_is_not_open() -> None:
+    for settled in ("Oh wait, found it in the compose file, 5432.", "Never mind, I'll ask at the front desk."):
+        turns = said(
+            (Role.USER, "What port does the Postgres container listen on?"),
+            (Role.USER, settled),
+            (Role.ASSISTANT, "Nice, that works."),
+        )
+        assert unresolved(turns, session_ended=True) == [], settled
+
+
+def test_a_reply_that_comes_back_to_something_later_puts_it_off() -> None:
+    turns = said(
+        (Role.USER, "How do I memoize a callback in React?"),
+        (Role.ASSISTANT, "Let's come back to memoizing callbacks in a moment. Can you share the component code?"),
+        (Role.USER, "Sure, tomorrow. Bye!"),
+    )
+    assert [q for _, q in unresolved(turns, session_ended=True)] == ["How do I memoize a callback in React?"]
 
 
 def question_record(state: QuestionState = QuestionState.OPEN) -> MemoryRecord:
