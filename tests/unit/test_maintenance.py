@@ -285,6 +285,27 @@ def test_topics_largely_sharing_their_episodes_fold_into_the_best_supported_one(
     assert [(t.term, t.terms) for t in merged] == [("chess", ("chess", "openings")), ("tennis", ("tennis",))]
 
 
+def test_a_topic_counts_every_episode_that_mentions_it_not_only_those_it_labels() -> None:
+    """Six sessions about sourdough: three give it as a label, the others other words, all six say it."""
+    said = [
+        ("starter, water, bottled", "I want to bake sourdough bread. Should I use bottled water for the starter?"),
+        ("starter, sourdough, smells", "My sourdough starter smells like nail polish remover."),
+        ("loaf, flat, starter", "My first sourdough loaf came out flat. How do I keep a starter alive?"),
+        ("crumb, flour, open", "I want a more open crumb in my sourdough."),
+        ("oven, sourdough, dutch", "Do I need a dutch oven to bake sourdough?"),
+        ("discard, sourdough, pizza", "Can I make sourdough pizza dough with my discard?"),
+    ]
+    episodes = [
+        record(f"e{i}", session=f"s{i}", category=category).model_copy(update={"text": text})
+        for i, (category, text) in enumerate(said)
+    ]
+    [topic] = topics(episodes, RULES)
+    # starter's three sessions are half of sourdough's six: folded into it.
+    assert (topic.term, topic.terms, len(topic.members)) == ("sourdough", ("sourdough", "starter"), 6)
+    unlabelled = [e.model_copy(update={"category": "baking"}) for e in episodes]
+    assert [t.terms for t in topics(unlabelled, RULES)] == [("baking",)], "mentioned, never a label: no topic"
+
+
 def test_at_most_the_cap_of_topics_best_supported_first() -> None:
     episodes = [
         record(f"{word}{i}", session=f"s{i}", category=word)

@@ -2,9 +2,14 @@
 
 A topic term is a content word of an episode's `category` that is not a
 name (`names`: who, not what). A term qualifies with enough recent episodes
-from enough sessions (`supported`); qualifying terms are ranked, overlapping
-ones fold into the better-ranked topic, and at most `semantic_max_topics`
-are kept (`topics`). A topic's memory gets a new version only when an
+from enough sessions (`supported`) giving it as a label; its members are
+then every episode that mentions it (`mentions`). A category holds a
+session's three most telling words, and the subject of every session is
+seldom among them: six sessions about sourdough labelled it in three, and
+the topic said "Discussed in 3 sessions" beside a second topic, "starter",
+of the other three. Qualifying terms are ranked, overlapping ones fold into
+the better-ranked topic, and at most `semantic_max_topics` are kept
+(`topics`). A topic's memory gets a new version only when an
 episode it does not already cover joins (`semantic_of`).
 """
 
@@ -20,7 +25,7 @@ from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.state import Plan, active_episodes
 from agents.maintenance.rules.synthesized import covered, synthesized
 from schemas import MemoryRecord, MemoryStatus, MemoryType
-from services.core.textutil import stable_id
+from services.core.textutil import content_words, stable_id
 
 SEMANTIC_MIN_SESSIONS = 2
 NAME_MENTIONS = 2
@@ -58,6 +63,17 @@ def supported(carrying: Sequence[MemoryRecord], rules: Rules) -> list[MemoryReco
     return members
 
 
+def mentions(episode: MemoryRecord) -> set[str]:
+    """The content words of an episode's text: its labels and what its sentences say."""
+    return set(content_words(episode.text))
+
+
+def _place(term: str, episode: MemoryRecord) -> int:
+    """Where the episode's labels give `term`: 0 first; after every label when only its text mentions it."""
+    labels = ordered_terms(episode)
+    return labels.index(term) if term in labels else len(labels)
+
+
 def topics(episodes: Sequence[MemoryRecord], rules: Rules) -> list[Topic]:
     """The user's topics, best supported first: qualifying terms, overlapping ones folded, at most the cap."""
     by_term: dict[str, list[MemoryRecord]] = {}
@@ -65,11 +81,20 @@ def topics(episodes: Sequence[MemoryRecord], rules: Rules) -> list[Topic]:
     for episode in episodes:
         for term in terms_of(episode) - who:
             by_term.setdefault(term, []).append(episode)
-    qualifying = [(term, members) for term, carrying in by_term.items() if (members := supported(carrying, rules))]
+    mentioned: dict[str, list[MemoryRecord]] = {term: [] for term in by_term}
+    for episode in episodes:
+        for term in mentions(episode) | terms_of(episode):
+            if term in mentioned:
+                mentioned[term].append(episode)
+    qualifying = [
+        (term, members)
+        for term, carrying in by_term.items()
+        if supported(carrying, rules) and (members := supported(mentioned[term], rules))
+    ]
 
     def rank(found: tuple[str, list[MemoryRecord]]) -> tuple[int, int, int, str]:
-        term, members = found  # ties: the term its episodes list first, then the term itself
-        return -sessions_of(members), -len(members), sum(ordered_terms(r).index(term) for r in members), term
+        term, members = found  # ties: the term its episodes list first (a mere mention last), then the term
+        return -sessions_of(members), -len(members), sum(_place(term, r) for r in members), term
 
     qualifying.sort(key=rank)
     chosen: list[Topic] = []
