@@ -11,7 +11,10 @@ import re
 
 from services.core.textutil import content_words
 
-_ENTITY = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
+_ENTITY = re.compile(r"\b([A-Z][a-z]+(?:[ \t]+[A-Z][a-z]+)*)")
+# Stop a look back for what precedes a capital: a clause goes on after these.
+_CLAUSE_MARKS = frozenset(",;")
+_SENTENCE_ENDS = frozenset(".!?")
 _STOP_ENTITIES = frozenset(
     {"I", "I'm", "I've", "I'd", "The", "This", "That", "My", "We", "Our", "It", "Hi", "Hey", "Yes", "No", "Oh", "So"}
 )
@@ -19,12 +22,33 @@ _STOP_ENTITIES = frozenset(
 MAX_RELATED_TERMS = 16
 
 
+def _opens(text: str, at: int) -> bool:
+    """Whether the word at `at` opens a sentence, a line, a list item or a bold label's text.
+
+    Its capital says nothing there. Assistants write markdown ("- **Step 1:**
+    Download the app", "Hope this helps! 🚀"), so marks, emoji and spaces
+    between the word and what ends the sentence before it are looked past.
+    A word in opening quotes starts a title, which is a name wherever it is.
+    """
+    if at > 0 and text[at - 1] in "\"\u201c":
+        return False  # a quoted title: '"The Alchemist" is worth it.'
+    i, marked = at - 1, False
+    while i >= 0 and not text[i].isalnum() and text[i] not in _SENTENCE_ENDS | _CLAUSE_MARKS and text[i] != ":":
+        if text[i] == "\n":
+            return True
+        marked = marked or text[i] in "*_"
+        i -= 1
+    return i < 0 or text[i] in _SENTENCE_ENDS or (text[i] == ":" and marked)
+
+
 def entities(text: str) -> list[str]:
-    """Capitalised phrases not at a sentence start: cheap, good enough for boosts."""
+    """Capitalised phrases, less a word that opens a sentence or a line: cheap, good enough for boosts."""
     found: dict[str, None] = {}
     for match in _ENTITY.finditer(text):
         name = match.group(1)
-        if name not in _STOP_ENTITIES:
+        if _opens(text, match.start(1)):
+            name = " ".join(name.split()[1:])
+        if name and name not in _STOP_ENTITIES:
             found[name] = None
     return list(found)
 

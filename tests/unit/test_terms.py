@@ -1,0 +1,40 @@
+"""Names in a text (services.core.terms.entities): capitals that say something, in prose and in markdown."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.core.terms import entities
+
+MARKDOWN_REPLY = (
+    "Great question! 😊 Here are some options:\n\n### Top picks\n\n1. **Eero Pro 6E** – fast\n"
+    "2. **TP-Link Deco XE75** – great value\n\n> **Tip:** place one node per floor.\n\n"
+    "- **Step 1:** Download the Deco app\n- **Step 2:** Plug in the main unit\n\nHope this helps! ✨"
+)
+
+
+def test_names_mid_sentence_count_and_sentence_openers_do_not() -> None:
+    assert entities("I met Alice in Paris.") == ["Alice", "Paris"]
+    assert entities("Paris Hilton was there.") == ["Hilton"]  # as ever: a sentence's first word is dropped
+    assert entities("I visited two cities: Paris and Rome.") == ["Paris", "Rome"]
+    assert entities("Thanks!  Nate said so.") == []
+
+
+def test_line_starts_list_items_bold_labels_and_emoji_do_not_make_names() -> None:
+    found = entities(MARKDOWN_REPLY)
+    assert "Deco" in found and "Link Deco" in found
+    for opener in ("Here", "Top", "Tip", "Step", "Download", "Plug", "Hope"):
+        assert opener not in found, found
+
+
+def test_a_quoted_title_is_a_name_even_where_a_sentence_starts() -> None:
+    assert entities('Glad you liked it! "The Alchemist" is worth it.') == ["The Alchemist"]
+
+
+def test_a_name_does_not_run_on_across_lines() -> None:
+    assert entities("We flew with Lufthansa\nBoston was next") == ["Lufthansa"]
+
+
+@given(st.text(alphabet=st.sampled_from(list("AaBb Cc.!?:*-#\n\"😊1")), max_size=60))
+def test_every_name_is_a_phrase_of_the_text(text: str) -> None:
+    for name in entities(text):
+        assert name and name in text
