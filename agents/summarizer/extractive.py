@@ -23,6 +23,7 @@ kept once.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -47,7 +48,22 @@ class Episode:
 MAX_SENTENCE_TOKENS = 40
 
 
+# Markdown a reply is laid out with, not what it says: heading, quote and list marks opening a
+# line, emphasis and code marks anywhere.
+_LINE_MARKS = re.compile(r"^(?:[#>]+|[-*+]|\d{1,3}[.)])\s+")
+_EMPHASIS = re.compile(r"(?<!\w)(\*{1,3}|_{2,3}|`+)(\S(?:[^\n]*?\S)?)\1(?!\w)")
+
+
+def _plain(sentence: str) -> str:
+    """A sentence as a memory reads it: the markdown marks gone ("> **Note:** Book ahead." -> "Note: Book ahead.")."""
+    text = sentence.strip()
+    while (stripped := _LINE_MARKS.sub("", text)) != text:
+        text = stripped
+    return " ".join(_EMPHASIS.sub(r"\2", text).split())
+
+
 def _shorten(sentence: str) -> str:
+    sentence = _plain(sentence)
     words = sentence.split()
     return sentence if len(words) <= MAX_SENTENCE_TOKENS else " ".join(words[:MAX_SENTENCE_TOKENS]) + " ..."
 

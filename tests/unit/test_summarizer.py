@@ -131,3 +131,15 @@ def test_topics_are_never_counts_or_contractions() -> None:
     episode = summary(chunk)
     assert "japan" in episode.topics
     assert not {"two", "what's", "hundred"} & set(episode.topics)
+
+
+def test_an_episode_reads_a_markdown_reply_as_plain_sentences() -> None:
+    reply = (
+        "### Crampons\n\n> **Note:** crampons in Patagonia are **not needed** in March; `microspikes` help.\n"
+        "- **Torres del Paine** campsites in March must be booked ahead, 2*3 weeks before."
+    )
+    episode = summary(turns("Do I need crampons in Patagonia in March?", reply), 4)
+    assert "assistant: Note: crampons in Patagonia are not needed in March; microspikes help." in episode.text
+    assert "assistant: Torres del Paine campsites in March must be booked ahead, 2*3 weeks before." in episode.text
+    for mark in ("**", "#", ">", "`", "- "):
+        assert mark not in episode.text, mark
