@@ -30,7 +30,7 @@ def _opens(text: str, at: int) -> bool:
     between the word and what ends the sentence before it are looked past.
     A word in opening quotes starts a title, which is a name wherever it is.
     """
-    if at > 0 and text[at - 1] in "\"\u201c":
+    if at > 0 and text[at - 1] in '"\u201c':
         return False  # a quoted title: '"The Alchemist" is worth it.'
     i, marked = at - 1, False
     while i >= 0 and not text[i].isalnum() and text[i] not in _SENTENCE_ENDS | _CLAUSE_MARKS and text[i] != ":":
