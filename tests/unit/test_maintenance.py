@@ -302,6 +302,15 @@ def test_a_topic_counts_every_episode_that_mentions_it_not_only_those_it_labels(
     [topic] = topics(episodes, RULES)
     # starter's three sessions are half of sourdough's six: folded into it.
     assert (topic.term, topic.terms, len(topic.members)) == ("sourdough", ("sourdough", "starter"), 6)
+    among_others = [episodes[1], episodes[3], episodes[5]] + [
+        record(f"t{i}", session=f"t{i}", category="taxes, freelancer").model_copy(update={"text": "Taxes due?"})
+        for i in range(2)
+    ]
+    # Labelled by two of the three sessions that talk about it, the third labelled crumb, flour, open.
+    found = [(t.term, len(t.members)) for t in topics(among_others, RULES)]
+    assert found == [("sourdough", 3)]
+    once = [e.model_copy(update={"category": "bread"}) if e.id == episodes[5].id else e for e in among_others]
+    assert topics(once, RULES) == [], "a subject one episode labels is not yet a topic"
     unlabelled = [e.model_copy(update={"category": "baking"}) for e in episodes]
     assert [t.terms for t in topics(unlabelled, RULES)] == [("baking",)], "mentioned, never a label: no topic"
 

@@ -1,13 +1,14 @@
 """Semantic topics: a term several sessions' episodes share becomes one `semantic` memory, versioned as it grows.
 
 A topic term is a content word of an episode's `category` that is not a
-name (`names`: who, not what). A term qualifies with enough recent episodes
-from enough sessions (`supported`) giving it as a label; its members are
-then every episode that mentions it (`mentions`). A category holds a
-session's three most telling words, and the subject of every session is
-seldom among them: six sessions about sourdough labelled it in three, and
-the topic said "Discussed in 3 sessions" beside a second topic, "starter",
-of the other three. Qualifying terms are ranked, overlapping ones fold into
+name (`names`: who, not what). A term given as a label by `MIN_LABELS`
+episodes qualifies when enough recent episodes from enough sessions
+mention it (`supported`, `mentions`), and those are its members. A
+category holds a session's three most telling words, and the subject of
+every session is seldom among them: six sessions about sourdough labelled
+it in three, and the topic said "Discussed in 3 sessions" beside a second
+topic, "starter", of the other three; three sessions about it among
+others labelled it in two, and there was no topic at all. Qualifying terms are ranked, overlapping ones fold into
 the better-ranked topic, and at most `semantic_max_topics` are kept
 (`topics`). A topic's memory gets a new version only when an
 episode it does not already cover joins (`semantic_of`).
@@ -29,6 +30,8 @@ from services.core.textutil import content_words, stable_id
 
 SEMANTIC_MIN_SESSIONS = 2
 NAME_MENTIONS = 2
+# Episodes that must give a term as a label before its mentions count: a word is a subject somewhere.
+MIN_LABELS = 2
 
 
 def names(episodes: Iterable[MemoryRecord]) -> set[str]:
@@ -81,20 +84,26 @@ def topics(episodes: Sequence[MemoryRecord], rules: Rules) -> list[Topic]:
     for episode in episodes:
         for term in terms_of(episode) - who:
             by_term.setdefault(term, []).append(episode)
-    mentioned: dict[str, list[MemoryRecord]] = {term: [] for term in by_term}
+    mentioned: dict[str, list[MemoryRecord]] = {term: [] for term in by_term if len(by_term[term]) >= MIN_LABELS}
     for episode in episodes:
         for term in mentions(episode) | terms_of(episode):
             if term in mentioned:
                 mentioned[term].append(episode)
-    qualifying = [
-        (term, members)
-        for term, carrying in by_term.items()
-        if supported(carrying, rules) and (members := supported(mentioned[term], rules))
-    ]
+    qualifying = [(term, members) for term, said in mentioned.items() if (members := supported(said, rules))]
 
-    def rank(found: tuple[str, list[MemoryRecord]]) -> tuple[int, int, int, str]:
-        term, members = found  # ties: the term its episodes list first (a mere mention last), then the term
-        return -sessions_of(members), -len(members), sum(_place(term, r) for r in members), term
+    def rank(found: tuple[str, list[MemoryRecord]]) -> tuple[int, int, int, int, int, str]:
+        # Labelled support first, as before mentions counted (a word every session says, such as "need",
+        # must not outrank the subjects); then mentions; ties: the term its episodes list first, then the term.
+        term, members = found
+        labelled = [r for r in members if term in terms_of(r)]
+        return (
+            -sessions_of(labelled),
+            -len(labelled),
+            -sessions_of(members),
+            -len(members),
+            sum(_place(term, r) for r in members),
+            term,
+        )
 
     qualifying.sort(key=rank)
     chosen: list[Topic] = []
