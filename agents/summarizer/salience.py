@@ -6,8 +6,10 @@ said: counting a chunk's words alone made episodes open with it and topics
 read "happy, help". A term here weighs its inverse document frequency over
 the tenant's assistant turns, which the window stage counts as turns arrive
 (services/stores/postgres/corpus.py): words nearly every reply carries weigh
-little however often this chunk repeats them, and a sentence many replies
-say (normalised) is filler whatever its words. Until a tenant has
+little however often this chunk repeats them, and a sentence many turns say
+(normalised; a user's turns count too, so the "Quick update from my side."
+one user opens every session with is filler as well) is filler whatever
+its words. Until a tenant has
 `MIN_DOCUMENTS` assistant turns the counts mean little, and a short list of
 padding words stands in for them.
 
@@ -22,7 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agents.corpus import DOCUMENTS, sentence_bucket, term_bucket
+from agents.corpus import DOCUMENTS, TURNS, sentence_bucket, term_bucket
 from services.core.textutil import content_words
 
 MIN_DOCUMENTS = 50
@@ -62,10 +64,15 @@ class Salience:
         df = self.counts.get(term_bucket(word), 0)
         return max(FILLER_WEIGHT, math.log((1 + n) / (1 + df)) / math.log(1 + n))
 
+    @property
+    def turns(self) -> int:
+        """Turns whose sentences are counted (a tenant counted before user turns were: its assistant turns)."""
+        return self.counts.get(TURNS) or self.documents
+
     def sentence(self, sentence: str) -> float:
         if all(w in FILLER for w in content_words(sentence)):
             return FILLER_WEIGHT
-        n = self.documents
+        n = self.turns
         if n < MIN_DOCUMENTS:
             return 1.0
         df = self.counts.get(sentence_bucket(sentence), 0)

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import faust
 
-from agents.corpus import DOCUMENTS, assistant_documents
+from agents.corpus import corpus_counts
 from agents.dlq import DeadLetters
 from agents.outbox import publish
 from agents.stage import HANDLING_REASONS, consume_parsed
@@ -68,7 +68,7 @@ async def handle_events(
             messages += sent
             if new:
                 accepted.append(event)
-        await count_assistant_terms(rt, conn, accepted)
+        await count_corpus(rt, conn, accepted)
         if keys is not None and accepted:
             archived = archive_messages(
                 accepted, await keys.for_writing(conn, {(e.tenant_id, e.user_id) for e in accepted})
@@ -78,16 +78,15 @@ async def handle_events(
     return messages
 
 
-async def count_assistant_terms(rt: Runtime, conn: Conn, accepted: list[TurnEvent | SessionEvent]) -> None:
+async def count_corpus(rt: Runtime, conn: Conn, accepted: list[TurnEvent | SessionEvent]) -> None:
     """The corpus counts summaries weigh words against (agents/corpus.py), for turns accepted once."""
     by_tenant: dict[str, list[TurnEvent]] = {}
     for event in accepted:
         if isinstance(event, TurnEvent):
             by_tenant.setdefault(event.tenant_id, []).append(event)
     for tenant_id, turns in sorted(by_tenant.items()):
-        documents = await asyncio.to_thread(assistant_documents, turns)  # every word hashed: off the loop
-        if documents:
-            await rt.corpus.add(conn, tenant_id, documents, DOCUMENTS)
+        counts = await asyncio.to_thread(corpus_counts, turns)  # every word hashed: off the loop
+        await rt.corpus.add(conn, tenant_id, counts)
 
 
 async def handle_turn(

@@ -1,4 +1,4 @@
-"""The window stage counts each accepted assistant turn's terms once; the summarizer weighs words with them."""
+"""The window stage counts each accepted turn once (assistant terms, every turn's sentences); the summarizer weighs words with them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from agents.corpus import DOCUMENTS, sentence_bucket, term_bucket
+from agents.corpus import DOCUMENTS, TURNS, sentence_bucket, term_bucket
 from agents.summarizer.agent import salience_by_tenant
 from agents.window import agent
 from schemas import EvictedChunk, TurnEvent
@@ -34,6 +34,9 @@ async def test_assistant_turns_are_counted_once_per_tenant_and_never_as_words(
         "t", [DOCUMENTS, term_bucket("kyoto"), term_bucket("sourdough"), term_bucket("plan")]
     )
     assert counts[DOCUMENTS] == 2  # the two assistant turns of tenant t, each once
+    assert (await h.runtime.corpus.counts("t", [TURNS]))[TURNS] == 4  # and its four turns, for sentences
+    said = sentence_bucket("Can you plan my Kyoto trip?")
+    assert (await h.runtime.corpus.counts("t", [said]))[said] == 1  # a user's sentence counts
     assert counts[term_bucket("kyoto")] == 1
     assert counts[term_bucket("sourdough")] == 1
     assert term_bucket("plan") not in counts  # a user's words are not counted
@@ -57,4 +60,5 @@ async def test_assistant_turns_are_counted_once_per_tenant_and_never_as_words(
     )
     saliences = await salience_by_tenant(h.runtime, [chunk])
     assert saliences["t"].documents == 2
+    assert saliences["t"].turns == 4
     assert saliences["t"].counts[term_bucket("kyoto")] == 1

@@ -39,7 +39,6 @@ import argparse
 import dataclasses
 import json
 import re
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -47,7 +46,7 @@ from itertools import combinations
 from pathlib import Path
 
 from agents.consolidator.apply.records import new_record
-from agents.corpus import DOCUMENTS, assistant_documents
+from agents.corpus import corpus_counts
 from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.plan import plan_user
 from agents.maintenance.rules.synthesized import covered
@@ -79,12 +78,7 @@ class UserEpisodes:
 
 def tenant_salience(users: Sequence[User]) -> Salience:
     """The corpus counts the window stage keeps for a tenant whose history is these users' sessions."""
-    documents = assistant_documents(t for u in users for s in u.sessions for t in s.turns)
-    counts: Counter[int] = Counter()
-    for buckets in documents:
-        counts.update(buckets)
-    counts[DOCUMENTS] = len(documents)
-    return Salience(counts)
+    return Salience(corpus_counts(t for u in users for s in u.sessions for t in s.turns))
 
 
 def episodes(users: Sequence[User], embedder: Embedder, max_sentences: int) -> list[UserEpisodes]:

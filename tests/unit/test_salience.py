@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import random
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.corpus import DOCUMENTS, assistant_documents, document_buckets, sentence_bucket
+from agents.corpus import DOCUMENTS, TURNS, corpus_counts, corpus_documents, sentence_bucket, tally, turn_buckets
 from agents.summarizer.extractive import summarize
 from agents.summarizer.salience import FILLER, MIN_DOCUMENTS, NEUTRAL, Salience
 from schemas import TurnEvent
@@ -38,19 +37,17 @@ def session(n: int, user: str, assistant: str, rng: random.Random) -> list[TurnE
 
 
 def tenant_counts(documents: list[set[int]]) -> Salience:
-    """What the window stage's counts hold after these assistant turns (CorpusCounts.add, in memory)."""
-    counts: Counter[int] = Counter()
-    for buckets in documents:
-        counts.update(buckets)
-    counts[DOCUMENTS] = len(documents)
-    return Salience(dict(counts))
+    """What the window stage's counts hold after these turns (CorpusCounts.add, in memory)."""
+    return Salience(dict(tally(documents)))
 
 
 def other_users_replies(rng: random.Random, n: int = 300) -> list[set[int]]:
     subjects = ["your tax return", "the sourdough starter", "a python script", "the garden beds", "a job interview"]
     return [
-        document_buckets(
-            f"{rng.choice(OPENERS)} Here is what I found about {rng.choice(subjects)}. {rng.choice(CLOSERS)}"
+        turn_buckets(
+            turn_event(
+                1, f"{rng.choice(OPENERS)} Here is what I found about {rng.choice(subjects)}. {rng.choice(CLOSERS)}"
+            )
         )
         for _ in range(n)
     ]
@@ -59,7 +56,7 @@ def other_users_replies(rng: random.Random, n: int = 300) -> list[set[int]]:
 def test_six_trip_sessions_padded_with_filler_are_episodes_about_the_trip() -> None:
     rng = random.Random(7)
     sessions = [session(n, user, assistant, rng) for n, (user, assistant) in enumerate(TRIP)]
-    corpus = other_users_replies(rng) + [d for s in sessions for d in assistant_documents(s)]
+    corpus = other_users_replies(rng) + [d for s in sessions for d in corpus_documents(s)]
     for salience in (tenant_counts(corpus), NEUTRAL):  # a tenant with history, and a new one
         for turns in sessions:
             episode = summarize(turns, 3, salience)
@@ -95,3 +92,31 @@ def test_weights_stay_in_range_whatever_the_counts(texts: list[str], counts: dic
         for word in text.split():
             assert 0.0 < salience.term(word.lower()) <= 1.0
         assert 0.0 < salience.sentence(text) <= 1.0
+
+
+def test_a_sentence_a_user_opens_every_session_with_is_padding_and_their_subject_is_not() -> None:
+    """Sentences count in every turn (a formula whoever says it), terms in assistant turns only."""
+    rng = random.Random(5)
+    sessions = [
+        [
+            turn_event(0, f"Quick update from my side. {user}", start=T0 + timedelta(days=n)),
+            turn_event(1, f"{rng.choice(OPENERS)} {assistant}", start=T0 + timedelta(days=n)),
+        ]
+        for n, (user, assistant) in enumerate(TRIP)
+    ]
+    mine = corpus_counts(t for s in sessions for t in s)
+    assert (mine[TURNS], mine[DOCUMENTS]) == (12, 6)
+    salience = tenant_counts(other_users_replies(rng) + [d for s in sessions for d in corpus_documents(s)])
+    assert salience.sentence("Quick update from my side.") < 1.0
+    assert salience.sentence("I'm planning a trip to Kyoto in April.") == 1.0
+    assert salience.term("planning") == 1.0  # said by the user only: their subject, never padding
+    for turns in sessions:
+        episode = summarize(turns, 2, salience)
+        assert episode is not None
+        assert "Quick update" not in episode.text, episode.text
+
+
+def test_counts_from_before_user_turns_were_counted_still_weigh_sentences() -> None:
+    old = Salience({DOCUMENTS: 200, sentence_bucket("Here is what I found."): 150})
+    assert old.turns == 200
+    assert old.sentence("Here is what I found.") < 1.0

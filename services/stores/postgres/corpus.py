@@ -1,8 +1,7 @@
-"""Per-tenant counts of hashed terms and sentences in assistant turns (agents/summarizer/salience.py says why)."""
+"""Per-tenant counts of hashed terms and sentences in turns (agents/corpus.py, agents/summarizer/salience.py)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from services.stores.postgres.pool import Conn, PgPool
@@ -12,22 +11,16 @@ class CorpusCounts:
     def __init__(self, pool: PgPool) -> None:
         self._pool = pool
 
-    async def add(self, conn: Conn, tenant_id: str, documents: Iterable[set[int]], documents_bucket: int) -> None:
-        """Count each document's buckets once, and the documents in `documents_bucket`, in the caller's transaction.
+    async def add(self, conn: Conn, tenant_id: str, counts: Mapping[int, int]) -> None:
+        """Add bucket counts (agents.corpus.tally of the turns the window stage accepted) in the caller's transaction.
 
-        The window stage calls it for the assistant turns the archive accepts, so a redelivered turn is not
-        counted twice. One statement whatever the batch, rows locked in bucket order, so window workers of
-        several processes never deadlock on a tenant's rows (they wait on its busiest ones until commit).
+        Called for the turns the archive accepts, so a redelivered turn is not counted twice. One
+        statement whatever the batch, rows locked in bucket order, so window workers of several
+        processes never deadlock on a tenant's rows (they wait on its busiest ones until commit).
         """
-        counts: Counter[int] = Counter()
-        n = 0
-        for buckets in documents:
-            counts.update(buckets)
-            n += 1
-        if not n:
+        ordered = sorted((b, n) for b, n in counts.items() if n)
+        if not ordered:
             return
-        counts[documents_bucket] += n
-        ordered = sorted(counts.items())
         await conn.execute(
             """INSERT INTO corpus_counts (tenant_id, bucket, docs)
                SELECT %s, b, d FROM unnest(%s::integer[], %s::bigint[]) AS t(b, d) ORDER BY b
