@@ -50,16 +50,19 @@ MAX_SENTENCE_TOKENS = 40
 
 # Markdown a reply is laid out with, not what it says: heading, quote and list marks opening a
 # line, emphasis and code marks anywhere.
-_LINE_MARKS = re.compile(r"^(?:[#>]+|[-*+]|\d{1,3}[.)])\s+")
-_EMPHASIS = re.compile(r"(?<!\w)(\*{1,3}|_{2,3}|`+)(\S(?:[^\n]*?\S)?)\1(?!\w)")
+_LINE_MARKS = re.compile(r"^(?:(?:[#>]+|[-*+]|\d{1,3}[.)])\s+)+")
+# The text between a pair holds no mark of its kind: each opening mark scans only to the next, so a turn
+# of a thousand unpaired marks stays linear (agents/rules' pathological turns).
+_EMPHASIS = re.compile(
+    r"(?<![\w*`])(?:(\*{1,3})([^\s*](?:[^*\n]*[^\s*])?)\1|(_{2,3})([^\s_](?:[^_\n]*[^\s_])?)\3|(`{1,3})([^`\n]+)\5)"
+    r"(?!\w)"
+)
 
 
 def _plain(sentence: str) -> str:
     """A sentence as a memory reads it: the markdown marks gone ("> **Note:** Book ahead." -> "Note: Book ahead.")."""
-    text = sentence.strip()
-    while (stripped := _LINE_MARKS.sub("", text)) != text:
-        text = stripped
-    return " ".join(_EMPHASIS.sub(r"\2", text).split())
+    text = _LINE_MARKS.sub("", sentence.strip())
+    return " ".join(_EMPHASIS.sub(lambda m: m[2] or m[4] or m[6], text).split())
 
 
 def _shorten(sentence: str) -> str:

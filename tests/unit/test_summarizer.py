@@ -1,9 +1,12 @@
+import time
 from datetime import UTC, datetime, timedelta
 
 from agents.summarizer.candidates import episode_candidate
 from agents.summarizer.extractive import MIN_SPREAD_WEIGHT, Episode, spread_weight, summarize
 from schemas import EvictedChunk, Role, TurnEvent
+from services.core.terms import entities
 from tests.factories import turn_event
+from tests.pathological import fill
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
@@ -143,3 +146,21 @@ def test_an_episode_reads_a_markdown_reply_as_plain_sentences() -> None:
     assert "assistant: Torres del Paine campsites in March must be booked ahead, 2*3 weeks before." in episode.text
     for mark in ("**", "#", ">", "`", "- "):
         assert mark not in episode.text, mark
+
+
+MARKDOWN_UNITS = ("*", "* a", "`", "`a", "** ", "**a ", "__x ", "- ", "# ", "1. ", "> ", "- **Step 1:** Go ", "Aa * ")
+
+
+def test_markdown_marks_at_the_content_limit_stay_linear() -> None:
+    """Unpaired marks, runs of them and list marks by the thousand: each turn well under a CPU second.
+
+    CPU seconds of this process (time.process_time), as tests/unit/test_rules_linear.py
+    measures; an emphasis pattern that scanned to the end of the line from every mark
+    took 22 s on 60,000 backticks.
+    """
+    for unit in MARKDOWN_UNITS:
+        text = fill(unit)
+        started = time.process_time()
+        summarize(turns(text, text.replace("*", "`")), 3)
+        entities(text)
+        assert time.process_time() - started < 1.0, unit
