@@ -2,8 +2,9 @@
 
     .venv/bin/python -m tests.bench.topic_set [--half a|b]
 
-Each session of tests/bench/pattern_set.py's users is summarized as the
-summarizer does (extractive, three sentences) into an episode, and
+Each session of tests/bench/pattern_set.py's users becomes an episode as
+the pipeline makes it (tests/bench/patterns.episodes: the summarizer with
+the tenant's corpus counts, the consolidator's record), and
 agents.maintenance.rules.topics.topics runs over each user's episodes
 with the default settings. For every theme with at least three sessions
 (one-offs never count) it reports whether some topic is mostly that
@@ -20,49 +21,17 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.topics import topics
-from agents.summarizer.extractive import summarize
-from schemas import MemoryRecord, MemoryStatus, MemoryType, Provenance
 from services.core.config import Settings
-from services.core.textutil import stable_id
+from services.embedding import Embedder, MiniLmEmbedder
 from tests.bench.pattern_set import User, labelled_users
+from tests.bench.patterns import episodes
 
-NOW = datetime(2026, 6, 1, tzinfo=UTC)
+# As the summarizer writes them (Settings.summary_max_sentences).
+SUMMARY_SENTENCES = Settings.model_fields["summary_max_sentences"].default
 MIN_THEME_SESSIONS = 3
-
-
-def episodes(user: User) -> list[MemoryRecord]:
-    """The user's sessions as the summarizer's episodes, a day apart up to NOW."""
-    out = []
-    for k, session in enumerate(user.sessions):
-        episode = summarize(list(session.turns), 3)
-        if episode is None:
-            continue
-        at = NOW - timedelta(days=len(user.sessions) - k)
-        out.append(
-            MemoryRecord(
-                id=stable_id(user.user_id, session.session_id),
-                tenant_id="bench",
-                user_id=user.user_id,
-                type=MemoryType.EPISODE,
-                text=episode.text,
-                content_hash=session.session_id,
-                category=", ".join(episode.topics[:3]) or None,
-                entities=episode.entities,
-                importance=0.5,
-                confidence=0.7,
-                status=MemoryStatus.ACTIVE,
-                observed_at=at,
-                created_at=at,
-                updated_at=at,
-                source=Provenance(session_id=session.session_id, event_ids=[f"{session.session_id}-0"]),
-                extractor="bench",
-            )
-        )
-    return out
 
 
 @dataclass
@@ -84,16 +53,17 @@ class TopicScore:
         )
 
 
-def evaluate(users: list[User], rules: Rules) -> TopicScore:
+def evaluate(users: list[User], rules: Rules, embedder: Embedder) -> TopicScore:
     score = TopicScore(extra=Counter())
-    for user in users:
+    for made in episodes(users, embedder, SUMMARY_SENTENCES):
+        user = made.user
         theme_of = {sid: theme for theme, sids in user.themes().items() for sid in sids}
         big = {
             t: sids for t, sids in user.themes().items() if len(sids) >= MIN_THEME_SESSIONS and not t.startswith("one-")
         }
         score.themes += len(big)
         found: set[str] = set()
-        for topic in topics(episodes(user), rules):
+        for topic in topics(made.records, rules):
             sessions = {r.source.session_id for r in topic.members}
             # Its main theme; a tie goes to the theme first in name order (sets iterate in hash order).
             theme, n = min(Counter(theme_of[s] for s in sessions).items(), key=lambda kv: (-kv[1], kv[0]))
@@ -113,7 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half", choices=["a", "b"])
     args = parser.parse_args()
-    print(evaluate(labelled_users(args.half), Rules.from_settings(Settings())).line())
+    print(evaluate(labelled_users(args.half), Rules.from_settings(Settings()), MiniLmEmbedder()).line())
 
 
 if __name__ == "__main__":
