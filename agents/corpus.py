@@ -1,14 +1,15 @@
 """A tenant's corpus as hashed buckets: what the window stage counts and the summarizer looks up.
 
 Two stages share this shape (the window counts accepted turns, the
-summarizer asks for the buckets of a chunk's words), so it lives here
-rather than in either. Terms are counted in assistant turns only: what
-users talk about is their subject, however many say it. Sentences are
-counted in every turn: a sentence said word for word in many turns is a
-formula whoever says it, an assistant's "Happy to help!" or a user's
-"Quick update from my side." that opens each of their sessions. Buckets, never words: the counts are aggregates over
-every user of a tenant, and a forgotten user's words must not be readable
-from them. agents/summarizer/salience.py turns the counts into weights.
+summarizer asks for the buckets of a chunk's words), so it lives here rather
+than in either. Terms are counted in assistant turns only: what users talk
+about is their subject, however many say it. Sentences are counted in every
+turn: a sentence said word for word in many turns is a formula whoever says
+it, an assistant's "Happy to help!" or a user's "Quick update from my side."
+that opens each of their sessions. Buckets, never words: the counts are
+aggregates over every user of a tenant, and a forgotten user's words must
+not be readable from them. agents/summarizer/salience.py turns the counts
+into weights.
 """
 
 from __future__ import annotations

@@ -36,14 +36,14 @@ sign of putting it off gets the benefit of the doubt ("What's the weather
 like in Reykjavik in March?" — "Expect 0 to 3 °C." shares no term).
 
 A question put off is not open after all when a later turn of the chunk
-shares two of its terms: the assistant came back to it, or the user
-answered it ("the screen says gate 14 for the Lisbon flight"). Nor is one
-the user answers or settles in the same turn or before the reply ("Oh,
-found it", "Never mind, I'll call them"). Users often send two messages
-before the assistant answers, so the messages between a question and its
-reply are read as the rest of the question's turn. A question a trimmed chunk leaves hanging (no reply, or
-a question back not answered yet) may still be answered in the turns the
-window kept, so only a session end makes it open.
+shares two of its terms: the assistant came back to it, or the user answered
+it ("the screen says gate 14 for the Lisbon flight"). Nor is one the user
+answers or settles in the same turn or before the reply ("Oh, found it",
+"Never mind, I'll call them"). Users often send two messages before the
+assistant answers, so the messages between a question and its reply are read
+as the rest of the question's turn. A question a trimmed chunk leaves
+hanging (no reply, or a question back not answered yet) may still be
+answered in the turns the window kept, so only a session end makes it open.
 
 Precision and recall on a labelled set: tests/bench/questions.py. Every
 pattern repeats a bounded number of times, and each question looks at most

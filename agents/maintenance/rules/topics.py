@@ -1,17 +1,17 @@
 """Semantic topics: a term several sessions' episodes share becomes one `semantic` memory, versioned as it grows.
 
-A topic term is a content word of an episode's `category` that is not a
-name (`names`: who, not what). A term given as a label by `MIN_LABELS`
-episodes qualifies when enough recent episodes from enough sessions
-mention it (`supported`, `mentions`), and those are its members. A
-category holds a session's three most telling words, and the subject of
-every session is seldom among them: six sessions about sourdough labelled
-it in three, and the topic said "Discussed in 3 sessions" beside a second
-topic, "starter", of the other three; three sessions about it among
-others labelled it in two, and there was no topic at all. Qualifying terms are ranked, overlapping ones fold into
-the better-ranked topic, and at most `semantic_max_topics` are kept
-(`topics`). A topic's memory gets a new version only when an
-episode it does not already cover joins (`semantic_of`).
+A topic term is a content word of an episode's `category` that is not a name
+(`names`: who, not what). A term given as a label by `MIN_LABELS` episodes
+qualifies when enough recent episodes from enough sessions mention it
+(`supported`, `mentions`), and those are its members. A category holds a
+session's three most telling words, and the subject of every session is
+seldom among them: six sessions about sourdough labelled it in three, and
+the topic said "Discussed in 3 sessions" beside a second topic, "starter",
+of the other three; three sessions about it among others labelled it in two,
+and there was no topic at all. Qualifying terms are ranked, overlapping ones
+fold into the better-ranked topic, and at most `semantic_max_topics` are
+kept (`topics`). A topic's memory gets a new version only when an episode it
+does not already cover joins (`semantic_of`).
 """
 
 from __future__ import annotations
