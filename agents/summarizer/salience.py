@@ -66,8 +66,9 @@ class Salience:
 
     @property
     def turns(self) -> int:
-        """Turns whose sentences are counted (a tenant counted before user turns were: its assistant turns)."""
-        return self.counts.get(TURNS) or self.documents
+        """Turns whose sentences are counted: never fewer than the assistant turns, which every count since
+        user turns are counted includes, and which alone a tenant counted before then has for its sentences."""
+        return max(self.counts.get(TURNS, 0), self.documents)
 
     def sentence(self, sentence: str) -> float:
         if all(w in FILLER for w in content_words(sentence)):

@@ -120,3 +120,7 @@ def test_counts_from_before_user_turns_were_counted_still_weigh_sentences() -> N
     old = Salience({DOCUMENTS: 200, sentence_bucket("Here is what I found."): 150})
     assert old.turns == 200
     assert old.sentence("Here is what I found.") < 1.0
+    # The first turns counted after an upgrade do not make the old counts weigh against a handful.
+    upgraded = Salience({DOCUMENTS: 100_000, TURNS: 3, sentence_bucket("The metro is cheapest."): 6})
+    assert upgraded.turns == 100_000
+    assert upgraded.sentence("The metro is cheapest.") == 1.0
