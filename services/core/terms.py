@@ -12,9 +12,9 @@ import re
 from services.core.textutil import content_words
 
 _ENTITY = re.compile(r"\b([A-Z][a-z]+(?:[ \t]+[A-Z][a-z]+)*)")
-# Stop a look back for what precedes a capital: a clause goes on after these.
-_CLAUSE_MARKS = frozenset(",;")
 _SENTENCE_ENDS = frozenset(".!?")
+# Where a look back for what precedes a capital stops: a sentence ends, a clause goes on, or a label ends.
+_LOOK_BACK_STOPS = _SENTENCE_ENDS | frozenset(",;:")
 _STOP_ENTITIES = frozenset(
     {"I", "I'm", "I've", "I'd", "The", "This", "That", "My", "We", "Our", "It", "Hi", "Hey", "Yes", "No", "Oh", "So"}
 )
@@ -33,7 +33,7 @@ def _opens(text: str, at: int) -> bool:
     if at > 0 and text[at - 1] in '"\u201c':
         return False  # a quoted title: '"The Alchemist" is worth it.'
     i, marked = at - 1, False
-    while i >= 0 and not text[i].isalnum() and text[i] not in _SENTENCE_ENDS | _CLAUSE_MARKS and text[i] != ":":
+    while i >= 0 and not text[i].isalnum() and text[i] not in _LOOK_BACK_STOPS:
         if text[i] == "\n":
             return True
         marked = marked or text[i] in "*_"

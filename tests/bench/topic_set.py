@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.topics import topics
@@ -41,20 +41,19 @@ class TopicScore:
     topics: int = 0
     purity: float = 0.0
     coverage: float = 0.0
-    extra: Counter[tuple[str, ...]] | None = None
+    extra: Counter[tuple[str, ...]] = field(default_factory=Counter)
 
     def line(self) -> str:
-        extra = self.extra or Counter()
         return (
             f"themes of >= {MIN_THEME_SESSIONS} sessions {self.themes}, with a topic {self.matched} "
             f"({self.matched / max(self.themes, 1):.2f}); topics {self.topics}, purity "
             f"{self.purity / max(self.topics, 1):.3f}, theme sessions covered {self.coverage / max(self.matched, 1):.3f}; "
-            f"extra {sum(extra.values())} {sorted(extra)[:8]}"
+            f"extra {sum(self.extra.values())} {sorted(self.extra)[:8]}"
         )
 
 
 def evaluate(users: list[User], rules: Rules, embedder: Embedder) -> TopicScore:
-    score = TopicScore(extra=Counter())
+    score = TopicScore()
     for made in episodes(users, embedder, SUMMARY_SENTENCES):
         user = made.user
         theme_of = {sid: theme for theme, sids in user.themes().items() for sid in sids}
@@ -73,7 +72,6 @@ def evaluate(users: list[User], rules: Rules, embedder: Embedder) -> TopicScore:
                 found.add(theme)
                 score.coverage += len(sessions & big[theme]) / len(big[theme])
             else:
-                assert score.extra is not None
                 score.extra[topic.terms] += 1
         score.matched += len(found)
     return score
