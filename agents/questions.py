@@ -8,9 +8,17 @@ right?", "who doesn't love …?"). Assistants pad replies ("Great question!",
 question is open when
 
 - the reply admits not knowing ("I'm not sure", "I don't have live data",
-  or "let me check" with nothing after it);
-- the reply puts it off ("let's come back to that", "before we get to
-  that", "let's park testing until …", "we can look at that later");
+  "impossible to say this far out", or "let me check" with nothing after
+  it), or declines ("I don't take sides", "I can't give legal advice",
+  "that's one for your pharmacist") — unless it is a hedge that answers
+  all the same: "I can't give an exact figure, but a croissant has about
+  250 calories" doubts its precision and answers (two shared terms, or the
+  amount or name asked for); "I don't have your gym's hours, but most
+  close at 8" lacks the user's own data and is no answer;
+- the reply puts it off before saying anything of substance ("let's come
+  back to that", "before we get to that", "let's park testing until …",
+  "we can brainstorm names later"); "We can plan the museums later!" after
+  an answer puts off the next subject, not the question;
 - the reply turns away from it ("speaking of …", "have you considered …",
   "let's talk about …");
 - the user dropped it: a later sentence of the same turn, or a message
@@ -84,11 +92,31 @@ _UNSURE = re.compile(
     r"|no way (?:of|to) (?:know|tell)(?:ing)?"
     r"|i (?:don'?t|do not) have (?:access|your|(?:[\w-]{1,20} ){0,2}(?:information|data|details|news|figures))"
     r"|(?:can'?t|cannot) (?:predict|confirm|verify)"
-    r"|(?:can'?t|cannot) (?:see|access|check) (?:live|real-time|current|your))\b",
+    r"|(?:can'?t|cannot) (?:see|access|check) (?:live|real-time|current|your)"
+    r"|not (?:certain|positive|100 ?% sure)|(?:can'?t|cannot) be (?:sure|certain)|not able to"
+    r"|(?:impossible|too (?:early|soon)) to (?:say|tell|know|predict)"
+    r"|(?:can'?t|cannot) give (?:you )?(?:a|an|any) (?:exact |precise |firm |reliable )?(?:figure|number|estimate"
+    r"|answer|date|forecast))\b",
+    re.IGNORECASE,
+)
+# The assistant declines to answer: advice it does not give, sides it does not take, a professional's call.
+_DECLINE = re.compile(
+    r"\b(?:(?:don'?t|do not|won'?t|will not|can'?t|cannot|shouldn'?t) (?:take sides|weigh in|pick (?:a )?sides"
+    r"|(?:give|offer|provide|make) (?:\w{1,20} ){0,2}(?:advice|recommendations?|diagnos[ie]s|opinions?|endorsements?)"
+    r"|(?:advise|diagnose|endorse) )"
+    r"|(?:rather|prefer) not (?:to )?(?:weigh in|comment|say|speculate|take sides)"
+    r"|not (?:qualified|in a position|the right (?:person|place)) to"
+    r"|i'?m not (?:a|an|your) (?:doctor|lawyer|accountant|vet|therapist|financial (?:adviser|advisor)|pharmacist)"
+    r"|(?:one|a question|best|better) (?:for|to ask) (?:a|an|your) (?:\w{1,20} ){0,2}(?:doctor|gp|lawyer|solicitor"
+    r"|accountant|vet|pharmacist|therapist|dermatologist|professional|specialist|adviser|advisor))\b",
     re.IGNORECASE,
 )
 # "Let me check": not knowing only when nothing else in the reply could be what the check found.
 _CHECKING = re.compile(r"\b(?:i'?ll|let me|i need to|i'd have to) (?:check|look (?:it|that) up|look into)\b", re.I)
+# A hedge: the reply doubts its precision and answers after all ("I can't give an exact figure, but about
+# 250 g"). Lacking the user's own data is no hedge: "I don't have your gym's hours, but most close at 8" is open.
+_HEDGED = re.compile(r"[,;:\u2014-]\s{0,3}but\s", re.IGNORECASE)
+_SOFT_LIMIT = re.compile(r"\b(?:sure|certain|positive|exact|precise|i'?m not (?:a|an))\b", re.IGNORECASE)
 # The assistant puts the question off.
 _DEFER = re.compile(
     r"\b(?:(?:come|circle|get|go) back to (?:that|this|it|your|the)"
@@ -99,7 +127,7 @@ _DEFER = re.compile(
     r"|(?:come|circle|get|go) back to [^.!?]{0,40}?\b(?:later|afterwards|shortly|soon|next time"
     r"|in a (?:moment|minute|bit|second|sec))"
     r"|(?:we'll|we will|i'll|i will|let's|we can|we could) (?:get to|come to|cover|look at|talk about|discuss|tackle"
-    r"|deal with|sort out|go over|look into) [^.!?]{0,40}?\b(?:later|afterwards|after|shortly|soon|next|once|when"
+    r"|deal with|sort out|go over|look into|brainstorm|work on|think about|plan|pick|choose|figure out) [^.!?]{0,40}?\b(?:later|afterwards|after|shortly|soon|next|once|when"
     r"|in a (?:moment|minute|bit|second|sec)))\b",
     re.IGNORECASE,
 )
@@ -226,13 +254,20 @@ class _Said:
 
     @cached_property
     def answering(self) -> list[str]:
-        """The statements that could answer: short exclamations and deferring sentences left out."""
-        return [
-            s
-            for s in self.statements
-            if not (s.endswith("!") and len(s.split()) <= SHORT_EXCLAMATION_WORDS)
-            and not any(p.search(s) for p in (_DEFER, _TURN_AWAY, _CHECKING))
-        ]
+        """The statements that could answer: short exclamations and deferring sentences left out, and of a
+        sentence that admits a limit only what follows its "but"."""
+        kept = []
+        for s in self.statements:
+            if (s.endswith("!") and len(s.split()) <= SHORT_EXCLAMATION_WORDS) or any(
+                p.search(s) for p in (_DEFER, _TURN_AWAY, _CHECKING)
+            ):
+                continue
+            limit = _UNSURE.search(s) or _DECLINE.search(s)
+            if limit is None:
+                kept.append(s)
+            elif _SOFT_LIMIT.search(limit.group()) and (hedged := _HEDGED.search(s, limit.end())):
+                kept.append(s[hedged.end() :])
+        return kept
 
     @cached_property
     def content(self) -> frozenset[str]:
@@ -252,14 +287,30 @@ class _Said:
 
     @cached_property
     def unsure(self) -> bool:
-        """Admits not knowing, or only promises to check."""
+        """Admits not knowing, declines to answer, or only promises to check."""
         text = self.turn.content
-        return _UNSURE.search(text) is not None or (_CHECKING.search(text) is not None and not self.content)
+        return (
+            _UNSURE.search(text) is not None
+            or _DECLINE.search(text) is not None
+            or (_CHECKING.search(text) is not None and not self.content)
+        )
 
     @cached_property
     def puts_off(self) -> bool:
         """Admits not knowing, defers, or turns away."""
-        return self.unsure or any(p.search(self.turn.content) for p in (_DEFER, _TURN_AWAY))
+        return self.unsure or _TURN_AWAY.search(self.turn.content) is not None or self.defers
+
+    @cached_property
+    def defers(self) -> bool:
+        """Puts something off before it has said anything of substance: "We can plan the museums later!" after
+        an answer defers the next subject, not the question."""
+        answering = set(self.answering)
+        for s in self.sentences:
+            if _DEFER.search(s):
+                return True
+            if s in answering and terms(s):
+                return False
+        return False
 
     @cached_property
     def clarifies(self) -> bool:
@@ -286,6 +337,15 @@ class _Said:
     def last_realised(self) -> int:
         """Index of the last statement that answers the user's own question ("Oh, found it"), -1 if none."""
         return max((k for k, s in enumerate(self.sentences) if _realises(s)), default=-1)
+
+    def answers_anyway(self, question: str, asked: frozenset[str]) -> bool:
+        """A reply that admits a limit or puts something off but answers in its other statements: shares two
+        of the question's terms, or holds the amount or the name asked for."""
+        return (
+            _shares(asked, self.content, MIN_SHARED_TERMS)
+            or (_HOW_MUCH.search(question) is not None and self.has_amount)
+            or (_WHO_WHERE.search(question) is not None and len(self.names) > len(self.names & set(entities(question))))
+        )
 
     def addresses(self, question: str, asked: frozenset[str]) -> bool:
         """Whether this reply is about `question` (see the module docstring)."""
@@ -360,7 +420,7 @@ class _Reading:
         reply = self.said(r)
         if asker.last_pivot > k or any(m.last_pivot >= 0 for m in more):
             return not _shares(asked, reply.content, MIN_SHARED_TERMS)
-        if (reply.puts_off and not reply.clarifies) or skipped:
+        if (reply.puts_off and not reply.clarifies and not reply.answers_anyway(question, asked)) or skipped:
             return not self.taken_up(asked, r, within)
         if not reply.clarifies and (reply.addresses(question, asked) or not reply.asks_back):
             return False

@@ -1,14 +1,18 @@
 """Open questions on the labelled set: precision and recall floors, and what the issue asked for by name.
 
 The set (tests/unit/data/open_questions.jsonl; tests/bench/questions.py
-prints the table) holds 175 assistant-style conversations with 84 labelled
-open questions. The detector finds 79 of them with one false alarm
-(precision 0.988, recall 0.940); the literal "don't know" rule it replaced
-scored 0.833 / 0.128 on the first 163 conversations. The last split
-(heldout4: a user's second message before the reply) was measured once
-before the rules read such messages: recall 0.167, then 0.833. The floors leave room for two or
-three more errors either way (each costs about 0.013), so a deliberate
-trade between the two passes and anything like the old recall fails.
+prints the table) holds 212 assistant-style conversations with 105 labelled
+open questions. The detector finds 100 of them with one false alarm
+(precision 0.990, recall 0.952); the literal "don't know" rule it replaced
+scored 0.833 / 0.128 on the first 163 conversations. Each late split was
+measured once before the rules learned from it: heldout4 (a user's second
+message before the reply) recall 0.167, then 0.833; heldout5 (declines,
+"not certain", "we can brainstorm that later") 0.556; heldout6, written
+after heldout5's rules were frozen, 0.818 with three false alarms on
+hedged answers ("I'm not positive about prices, but …"), then 1.000 with
+none. The floors leave room for two or three more errors either way (each
+costs about 0.01), so a deliberate trade between the two passes and
+anything like the old recall fails.
 """
 
 from __future__ import annotations
@@ -77,6 +81,27 @@ def test_the_issues_examples() -> None:
         [f"{dropped} Actually, never mind — what about hotels near the beach in Cascais?", "Try the Farol Hotel."]
     ) == [dropped]
     assert open_in([asked, "Happy to help! Renting a car is the easiest way around the Algarve. Anything else?"]) == []
+
+
+def test_a_refusal_leaves_the_question_open_and_a_hedged_answer_closes_it() -> None:
+    asked = "Should I sue my landlord over the deposit?"
+    assert open_in([asked, "I'm not a lawyer, so I can't advise on that. A solicitor could review your case."]) == [
+        asked
+    ]
+    priced = "How many calories does a croissant have?"
+    hedged = "I can't give you an exact figure, but a typical croissant has about 250 calories."
+    assert open_in([priced, hedged]) == []
+    # Lacking the user's own data is no hedge: a typical figure does not answer for their gym.
+    gym = "What time does my gym close on Sundays?"
+    assert open_in([gym, "I don't have your gym's hours, but most close around 8 pm on Sundays."]) == [gym]
+
+
+def test_putting_off_the_next_subject_after_an_answer_leaves_nothing_open() -> None:
+    asked = "Can I get from Rome to Florence by train?"
+    answered = "Yes, the Frecciarossa takes 95 minutes. We can plan the Florence museums later!"
+    assert open_in([asked, answered]) == []
+    named = "What's a good name for my bakery?"
+    assert open_in([named, "We can brainstorm names later! First, tell me about your menu.", "Sourdough."]) == [named]
 
 
 def test_a_question_asked_back_about_is_open_only_once_the_session_ends_without_an_answer() -> None:
