@@ -4,7 +4,8 @@ Found at eviction, per question sentence of a user turn: a sentence ending in
 "?" with at least two content words beyond small talk ("how are you today?",
 "can you help me with something?" do not count), and not rhetorical ("…,
 right?", "who doesn't love …?"). Assistants pad replies ("Great question!",
-"Happy to help!", "Anything else?"), so none of that decides anything. A
+"Happy to help!", "Anything else?", "Feel free to ask if anything is
+unclear!"), so none of that decides anything. A
 question is open when
 
 - the reply admits not knowing ("I'm not sure", "I don't have live data",
@@ -82,6 +83,8 @@ from services.core.textutil import content_words, stable_id
 EXTRACTOR = "questions/v2"
 # Turns after a question that may still take it up; a bound so a chunk of many turns stays linear.
 LOOKAHEAD = 8
+# A statement with at least this many content terms says something ("Let's dig in." does not).
+SUBSTANCE_TERMS = 3
 # An exclamation of at most this many words is warm-up ("Italy is wonderful in spring!"), not an answer.
 SHORT_EXCLAMATION_WORDS = 8
 
@@ -113,6 +116,10 @@ _DECLINE = re.compile(
 )
 # "Let me check": not knowing only when nothing else in the reply could be what the check found.
 _CHECKING = re.compile(r"\b(?:i'?ll|let me|i need to|i'd have to) (?:check|look (?:it|that) up|look into)\b", re.I)
+# An offer of more help: "Feel free to ask if anything is unclear!" admits nothing.
+_OFFER = re.compile(
+    r"^\W{0,3}if\b|\b(?:let me know|feel free|don'?t hesitate|do not hesitate|reach out|just ask)\b", re.I
+)
 # A hedge: the reply doubts its precision and answers after all ("I can't give an exact figure, but about
 # 250 g"). Lacking the user's own data is no hedge: "I don't have your gym's hours, but most close at 8" is open.
 _HEDGED = re.compile(r"[,;:\u2014-]\s{0,3}but\s", re.IGNORECASE)
@@ -124,7 +131,7 @@ _DEFER = re.compile(
     r"|(?:park|table|shelve|hold off on|pause) [^.!?]{0,30}?\b(?:until|for now|for later|later)"
     r"|set (?:that|this|it) aside|before we (?:get|go|dive|move|jump) (?:to|into|on)"
     r"|(?:revisit|return to) (?:that|this|it)"
-    r"|(?:come|circle|get|go) back to [^.!?]{0,40}?\b(?:later|afterwards|shortly|soon|next time"
+    r"|(?:come|circle|get|go) back to [^.!?]{0,40}?\b(?:later|afterwards|shortly|soon|next time|once|when|after|until"
     r"|in a (?:moment|minute|bit|second|sec))"
     r"|(?:we'll|we will|i'll|i will|let's|we can|we could) (?:get to|come to|cover|look at|talk about|discuss|tackle"
     r"|deal with|sort out|go over|look into|brainstorm|work on|think about|plan|pick|choose|figure out) [^.!?]{0,40}?\b(?:later|afterwards|after|shortly|soon|next|once|when"
@@ -288,7 +295,7 @@ class _Said:
     @cached_property
     def unsure(self) -> bool:
         """Admits not knowing, declines to answer, or only promises to check."""
-        text = self.turn.content
+        text = " ".join(s for s in self.sentences if not _OFFER.search(s))
         return (
             _UNSURE.search(text) is not None
             or _DECLINE.search(text) is not None
@@ -308,7 +315,7 @@ class _Said:
         for s in self.sentences:
             if _DEFER.search(s):
                 return True
-            if s in answering and terms(s):
+            if s in answering and len(terms(s)) >= SUBSTANCE_TERMS:
                 return False
         return False
 

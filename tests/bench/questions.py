@@ -10,8 +10,9 @@ detected questions that are labelled open and recall the share of labelled
 questions detected. `kind` says what the case exercises (answered, deferred,
 deflected, ...); the table prints the misses and false alarms per kind.
 `split` says when a case was written: `dev` cases before the rules were
-designed; `heldout`, `heldout2` and `heldout3` each after the rules were
-frozen, measured once on them, and only then used to adjust the rules. So
+designed; `heldout` to `heldout6` each after the rules were frozen,
+measured once on them, and only then used to adjust the rules; `scenario`
+cases come from conversations run through the stack as a user would. So
 today every split has been seen; the held-out figures at the time of each
 freeze are in the commit messages.
 """

@@ -1,9 +1,9 @@
 """Open questions on the labelled set: precision and recall floors, and what the issue asked for by name.
 
 The set (tests/unit/data/open_questions.jsonl; tests/bench/questions.py
-prints the table) holds 212 assistant-style conversations with 105 labelled
-open questions. The detector finds 100 of them with one false alarm
-(precision 0.990, recall 0.952); the literal "don't know" rule it replaced
+prints the table) holds 215 assistant-style conversations with 106 labelled
+open questions. The detector finds 101 of them with one false alarm
+(precision 0.990, recall 0.953); the literal "don't know" rule it replaced
 scored 0.833 / 0.128 on the first 163 conversations. Each late split was
 measured once before the rules learned from it: heldout4 (a user's second
 message before the reply) recall 0.167, then 0.833; heldout5 (declines,
