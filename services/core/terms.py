@@ -11,7 +11,16 @@ import re
 
 from services.core.textutil import content_words
 
-_ENTITY = re.compile(r"\b([A-Z][a-z]+(?:[ \t]+[A-Z][a-z]+)*)")
+# A word of letters in any script, hyphen-joined parts included ("Belém", "Flask-JWT-Extended"); a name is a
+# run of them, each capitalised, on one line.
+_WORD = re.compile(r"[^\W\d_]{1,64}(?:['\u2019-][^\W\d_]{1,64}){0,8}")
+# What follows an apostrophe when it is no part of a name: "Anna's", "You're", "Can't".
+_CLITICS = frozenset({"s", "re", "ve", "d", "ll", "t", "m"})
+_GAP = re.compile(r"[ \t]{1,16}")
+# Code is not prose: `None`, `Content-Type` and a fenced block's `Order.query` name nothing.
+_INLINE_CODE = re.compile(r"`[^`\n]{1,200}`")
+_FENCE = re.compile(r"^[ \t]{0,3}(?:```|~~~)", re.MULTILINE)
+_NOT_NEWLINE = re.compile(r"[^\n]")
 _SENTENCE_ENDS = frozenset(".!?")
 # Where a look back for what precedes a capital stops: a sentence ends, a clause goes on, or a label ends.
 _LOOK_BACK_STOPS = _SENTENCE_ENDS | frozenset(",;:")
@@ -41,12 +50,71 @@ def _opens(text: str, at: int) -> bool:
     return i < 0 or text[i] in _SENTENCE_ENDS or (text[i] == ":" and marked)
 
 
+def _capitalised(word: str) -> bool:
+    """ "Anna", "McDonald", "O'Brien", "TP-Link"; not "A", "JWT", "X-ray" or "iPhone"."""
+    return word[:1].isupper() and any(
+        len(part) > 1 and part[0].isupper() and (part[1].islower() or (part[1] == "'" and len(part) > 2))
+        for part in word.split("-")
+    )
+
+
+def _prose(text: str) -> str:
+    """`text` with inline code and fenced blocks blanked out, so every offset still points where it did."""
+    text = _INLINE_CODE.sub(lambda m: " " * len(m.group()), text)
+    fences = [m.start() for m in _FENCE.finditer(text)]
+    if len(fences) < 2:
+        return text
+    parts, last = [], 0
+    for start, end in zip(fences[::2], fences[1::2], strict=False):
+        close = text.find("\n", end)
+        close = len(text) if close < 0 else close
+        parts += [text[last:start], _NOT_NEWLINE.sub(" ", text[start:close])]
+        last = close
+    return "".join([*parts, text[last:]])
+
+
+def _starts_word(text: str, at: int) -> bool:
+    """Nothing of a word before `at`: "l'Orangerie" holds no name, "'Embracing Identity'" does."""
+    if at == 0:
+        return True
+    before = text[at - 1]
+    if before in "'\u2019":
+        return at < 2 or not text[at - 2].isalnum()
+    return not before.isalnum()
+
+
+def _names(text: str) -> list[tuple[int, str]]:
+    """(offset, phrase) of each run of capitalised words: "New York", "Belém", "Flask-JWT-Extended".
+
+    A clitic ends a word and a name: "You're" is "You", and "Charlotte's Web" is two.
+    """
+    found: list[tuple[int, str]] = []
+    start, words, end = -1, list[str](), -1
+    for match in _WORD.finditer(text):
+        head, _, tail = (whole := match.group().replace("\u2019", "'")).rpartition("'")
+        word, clitic = (head, True) if head and tail.lower() in _CLITICS else (whole, False)
+        name = _capitalised(word) and _starts_word(text, match.start())
+        if name and words and _GAP.fullmatch(text, end, match.start()) is not None:
+            words.append(word)
+        else:
+            if words:
+                found.append((start, " ".join(words)))
+            start, words = match.start(), [word] if name else []
+        end = match.end()
+        if clitic and words:
+            found.append((start, " ".join(words)))
+            words = []
+    if words:
+        found.append((start, " ".join(words)))
+    return found
+
+
 def entities(text: str) -> list[str]:
     """Capitalised phrases, less a word that opens a sentence or a line: cheap, good enough for boosts."""
     found: dict[str, None] = {}
-    for match in _ENTITY.finditer(text):
-        name = match.group(1)
-        if _opens(text, match.start(1)):
+    prose = _prose(text)
+    for at, name in _names(prose):
+        if _opens(prose, at):
             name = " ".join(name.split()[1:])
         if name and name not in _STOP_ENTITIES:
             found[name] = None

@@ -79,7 +79,8 @@ def _encodable(text: str) -> bool:
     return True
 
 
-_WORD = re.compile(r"[a-zA-Z][a-zA-Z'-]+")
+# Letters of any script ("café", "Zürich", "東京"), with inner apostrophes and hyphens.
+_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['\u2019-]){1,63}")
 STOPWORDS = frozenset(
     """a about above after again all also am an and any are as at be because been before being below between both but by
     can could did do does doing don't down during each few for from further had has have having he her here hers herself him
@@ -87,10 +88,11 @@ STOPWORDS = frozenset(
     on once only or other our ours ourselves out over own really same she should so some such than that that's the their
     theirs them themselves then there these they this those through to too under until up very was we we're were what when
     where which while who whom why will with would yeah yes you you're your yours yourself oh ok okay well thanks thank hey
-    hi got get gonna know think sure great good lot much many one things thing going way""".split()
+    hi got get gonna know think sure great good lot much many one things thing going way per via etc vs plus lol""".split()
 )
 
 
 def content_words(text: str) -> list[str]:
     """Lower-cased words that carry meaning (stopwords out): what summaries, topics and questions match on."""
-    return [w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS]
+    words = (m.group(0).lower().replace("\u2019", "'") for m in _WORD.finditer(text))
+    return [w for w in words if w not in STOPWORDS]
