@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 from agents.consolidator.importance import cosine
 from agents.provenance import MAX_SOURCES
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
+from services.core.textutil import UPPER
 
 # Exchanges and episodes are what was said and when: two similar turns are two
 # events, not one memory. Question records track their own state.
 MERGE_TYPES = frozenset({MemoryType.FACT, MemoryType.PREFERENCE, MemoryType.SEMANTIC, MemoryType.PATTERN})
 MERGE_BOOST = 0.05
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+(?:[.,:/]\d+)*")
+_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['-]){0,63}|\d+(?:[.,:/]\d+)*")
 _NUMBER = re.compile(r"\d")
-_ENTITY = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]+")
+# A capital of any script and the letters after it, not a sentence's first word: "Zürich", "Łódź".
+_ENTITY = re.compile(rf"(?<![.!?:]\s)(?<!^)\b{UPPER}[^\W\d_A-Z]{{1,40}}")
 _STOPWORDS = frozenset(
     """a an the and or but if so to of in on at by for with from as is are was were be been being am do does did
     have has had i me my mine we us our you your he she him her it its they them their this that these those

@@ -14,9 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from services.core.textutil import UPPER
+
 # A value's word: at most 41 characters, and a longer run is no word at all (not cut to a prefix).
-_NAME_WORD = r"[A-Z][\w'-]{0,40}(?![\w'-])"
-_PLACE_WORD = r"[A-Z][\w.'-]{0,40}(?![\w.'-])"
+_NAME_WORD = rf"{UPPER}[\w'-]{{0,40}}(?![\w'-])"
+_PLACE_WORD = rf"{UPPER}[\w.'-]{{0,40}}(?![\w.'-])"
 _NAME = rf"(?P<value>{_NAME_WORD}(?: {_NAME_WORD})?)"
 _PLACE = rf"(?P<value>{_PLACE_WORD}(?:[ ,]{{1,3}}{_PLACE_WORD}){{0,3}})"
 _PHRASE = r"(?P<value>[\w][\w\s'&/+.-]{1,60}?)"
@@ -55,7 +57,7 @@ FACT_RULES: tuple[FactRule, ...] = (
         "location",
         "city",
         # "from" names up to 80 characters ("from New York after ten years to"), never the rest of the turn.
-        rf"\b(?:moved|relocated|moving|relocating){_S}(?:from{_S}[A-Z][\w\s.'-]{{0,80}}?{_S})?to{_S}",
+        rf"\b(?:moved|relocated|moving|relocating){_S}(?:from{_S}{UPPER}[\w\s.'-]{{0,80}}?{_S})?to{_S}",
         _PLACE,
         "User lives in {value}",
         0.85,

@@ -79,6 +79,22 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def _ranges(chars: list[str]) -> str:
+    """A regex character class body for `chars` (sorted), as ranges."""
+    out: list[str] = []
+    start = prev = chars[0]
+    for c in [*chars[1:], ""]:
+        if c and ord(c) == ord(prev) + 1:
+            prev = c
+            continue
+        out.append(re.escape(start) if start == prev else f"{re.escape(start)}-{re.escape(prev)}")
+        start = prev = c
+    return "".join(out)
+
+
+# An upper-case letter of any script, for patterns that want a capital: `re` has no \p{Lu}.
+# Latin (with its extensions, Vietnamese's included), Greek and Cyrillic; scripts without case have no capitals.
+UPPER = "[" + _ranges([chr(i) for i in (*range(0x530), *range(0x1E00, 0x1F00)) if chr(i).isupper()]) + "]"
 # Letters of any script ("café", "Zürich", "東京"), with inner apostrophes and hyphens.
 _WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['\u2019-]){1,63}")
 STOPWORDS = frozenset(

@@ -183,6 +183,10 @@ def test_specificity_counts_entities_numbers_and_content_words() -> None:
     assert specificity("User preference: I like hiking in the Alps in 2024.").numbers == 1
     assert candidate_wins("I like hiking in the Alps", "I like hiking in the mountains")
     assert not candidate_wins("I like hiking", "I like hiking")  # a tie keeps the existing text
+    # A name in any script is a name, and whole: "Łódź" is one entity and one content word.
+    assert specificity("User preference: I like walking in Łódź.") == specificity(
+        "User preference: I like walking in Lodz."
+    )
 
 
 def test_merge_records_keep_one_active_survivor_with_both_sources() -> None:

@@ -24,6 +24,11 @@ def facts(text: str) -> dict[str, str | None]:
         ("I have a dog named Rex", {"family/pet_dog": "Rex"}),
         ("My wife's name is Maria", {"family/spouse": "Maria"}),
         ("I have two kids", {"family/children": "two"}),
+        # Capitals of any script: these named nothing while names had to start A-Z.
+        ("My name is Élodie Durand.", {"identity/name": "Élodie Durand"}),
+        ("call me Łukasz", {"identity/name": "Łukasz"}),
+        ("I live in Île-de-France", {"location/city": "Île-de-France"}),
+        ("I moved from Kraków to Øvre Eiker last year.", {"location/city": "Øvre Eiker"}),
     ],
 )
 def test_profile_facts(text: str, expected: dict[str, str]) -> None:
@@ -49,6 +54,8 @@ def test_no_fact_where_none_is_stated(text: str) -> None:
         "I always fly window seat.",
         "I never eat pork.",
         "My favorite band is Muse.",
+        "I love 東京.",
+        "I love crème brûlée",
     ],
 )
 def test_preference_hits(text: str) -> None:
