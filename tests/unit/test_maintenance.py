@@ -260,14 +260,26 @@ def test_a_topic_needs_three_episodes_from_two_sessions_within_the_window() -> N
 
 
 def test_names_and_stopwords_are_not_topics() -> None:
-    # "Caroline" is an entity of two episodes: a name, however often the summaries' topics carry it.
+    # "Caroline" is an entity of two episodes and speaks in them: a name, however often the topics carry it.
     episodes = [
         record(f"e{i}", session=f"s{i}", category="caroline, painting, the", entities=("Caroline",) if i < 2 else ())
         for i in range(4)
     ]
+    episodes = [e.model_copy(update={"text": f"user: Caroline: I painted again. ({e.text})"}) for e in episodes]
     assert [t.term for t in topics(episodes, RULES)] == ["painting"]
+    thanked = [e.model_copy(update={"text": f"user: Thanks, Caroline! ({e.text})"}) for e in episodes]
+    assert [t.term for t in topics(thanked, RULES)] == ["painting"]
     once = [e.model_copy(update={"entities": ["Painting"] if i == 0 else []}) for i, e in enumerate(episodes)]
     assert [t.terms for t in topics(once, RULES)] == [("caroline", "painting")]  # one capital is not a name
+
+
+def test_a_name_that_is_the_subject_is_a_topic() -> None:
+    """Six sessions planning a trip to Japan: "Japan" is an entity of every episode, and no one's name."""
+    episodes = [
+        record(f"e{i}", session=f"s{i}", category=f"japan, {word}", entities=("Japan",))
+        for i, word in enumerate(["rail", "ryokan", "visa", "budget", "kyoto", "packing"])
+    ]
+    assert [t.term for t in topics(episodes, RULES)] == ["japan"]
 
 
 def test_topics_largely_sharing_their_episodes_fold_into_the_best_supported_one() -> None:

@@ -1,7 +1,7 @@
 """Semantic topics: a term several sessions' episodes share becomes one `semantic` memory, versioned as it grows.
 
-A topic term is a content word of an episode's `category` that is not a name
-(`names`: who, not what). A term given as a label by `MIN_LABELS` episodes
+A topic term is a content word of an episode's `category` that is not the
+name of someone speaking or spoken to (`names`: who, not what). A term given as a label by `MIN_LABELS` episodes
 qualifies when enough recent episodes from enough sessions mention it
 (`supported`, `mentions`), and those are its members. A category holds a
 session's three most telling words, and the subject of every session is
@@ -16,6 +16,7 @@ does not already cover joins (`semantic_of`).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,10 +35,26 @@ NAME_MENTIONS = 2
 MIN_LABELS = 2
 
 
+# Who speaks or is spoken to: "user: Caroline: …", "Thanks, Nate", "Hey Mel", ", Joanna!".
+_WHO = r"[^\W\d_][\w'\u2019-]{0,30}"
+_ADDRESSED = re.compile(
+    rf"(?:^|(?<=user: )|(?<=assistant: ))({_WHO}(?: {_WHO}){{0,2}}):\s"
+    rf"|\b(?:hi|hey|hello|thanks|thank you|bye|congrats|congratulations|dear|sorry)[,!]?\s{{1,3}}({_WHO})"
+    rf"|,\s{{1,3}}({_WHO})!",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
 def names(episodes: Iterable[MemoryRecord]) -> set[str]:
-    """Words the episodes give as an entity at least NAME_MENTIONS times, lower-cased: who, not what."""
+    """Entities of at least NAME_MENTIONS episodes that someone speaks as or to, lower-cased: who, not what.
+
+    Two friends' names are in every session of theirs and say nothing of its
+    subject; "Japan" in six sessions of trip planning, or "Flask" in six about
+    an API, is the subject.
+    """
     mentions = Counter(e for r in episodes for e in {x.lower() for x in r.entities})
-    return {e for e, n in mentions.items() if n >= NAME_MENTIONS}
+    addressed = {who.lower() for r in episodes for found in _ADDRESSED.findall(r.text) for who in found if who}
+    return {e for e, n in mentions.items() if n >= NAME_MENTIONS and (e in addressed or e.split()[0] in addressed)}
 
 
 @dataclass(frozen=True)
