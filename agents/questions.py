@@ -134,7 +134,8 @@ _DEFER = re.compile(
     r"|(?:come|circle|get|go) back to [^.!?]{0,40}?\b(?:later|afterwards|shortly|soon|next time|once|when|after|until"
     r"|in a (?:moment|minute|bit|second|sec))"
     r"|(?:we'll|we will|i'll|i will|let's|we can|we could) (?:get to|come to|cover|look at|talk about|discuss|tackle"
-    r"|deal with|sort out|go over|look into|brainstorm|work on|think about|plan|pick|choose|figure out) [^.!?]{0,40}?\b(?:later|afterwards|after|shortly|soon|next|once|when"
+    r"|deal with|sort out|go over|look into|brainstorm|work on|think about|plan|pick|choose|figure out)"
+    r" [^.!?]{0,40}?\b(?:later|afterwards|after|shortly|soon|next|once|when"
     r"|in a (?:moment|minute|bit|second|sec)))\b",
     re.IGNORECASE,
 )

@@ -89,7 +89,8 @@ def _names(text: str) -> list[tuple[int, str]]:
     A clitic ends a word and a name: "You're" is "You", and "Charlotte's Web" is two.
     """
     found: list[tuple[int, str]] = []
-    start, words, end = -1, list[str](), -1
+    words: list[str] = []  # the run so far, from offset `start`; `end`: where its last word ended
+    start = end = -1
     for match in _WORD.finditer(text):
         head, _, tail = (whole := match.group().replace("\u2019", "'")).rpartition("'")
         word, clitic = (head, True) if head and tail.lower() in _CLITICS else (whole, False)
