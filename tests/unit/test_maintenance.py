@@ -397,6 +397,54 @@ def test_a_pass_compresses_similar_episodes_into_a_pattern_and_synthesizes_topic
         assert effect.record.version == 2
 
 
+def test_a_theme_the_user_keeps_coming_back_to_grows_one_pattern() -> None:
+    """Maintenance runs daily: the sessions after a pattern formed join it (a new version), not a second one."""
+    first, vectors = similar_episodes(6)
+    effects, _ = plan_user(first, vectors, set(), NOW, RULES)
+    rows = applied(first, effects)
+    vectors.update({e.record.id: e.vector for e in effects if e.vector is not None})
+    taken = {e.record.id for e in effects if e.record.type in (MemoryType.PATTERN, MemoryType.SEMANTIC)}
+    [old] = [r for r in rows if r.type is MemoryType.PATTERN]
+    later = [record(f"ep{i}", session=f"s{i}", category="marathon, training", age=timedelta(days=1)) for i in (6, 7)]
+    vectors.update({e.id: direction(i + 1, 0.3) for i, e in zip((6, 7), later, strict=True)})
+    effects, counts = plan_user([*rows, *later], vectors, taken, NOW + timedelta(days=1), RULES)
+    assert (counts["patterns"], counts["pattern_superseded"], counts["compressed"]) == (1, 1, 2)
+    by_id = {e.record.id: e.record for e in effects}
+    assert by_id[old.id].status is MemoryStatus.SUPERSEDED
+    [grown] = [r for r in by_id.values() if r.type is MemoryType.PATTERN and r.status is MemoryStatus.ACTIVE]
+    assert by_id[old.id].superseded_by == grown.id
+    assert covered(grown) == {e.id for e in [*first, *later]}
+    assert grown.text.startswith("Recurring theme across 8 episodes in 8 sessions")
+    assert all(by_id[e.id].compressed for e in later)
+
+
+def test_two_patterns_stay_two_when_an_episode_could_join_either() -> None:
+    """An existing pattern takes new members; it never swallows another pattern."""
+
+    def unit(*pairs: tuple[int, float]) -> list[float]:
+        v = np.zeros(8)
+        for axis, x in pairs:
+            v[axis] += x
+        return [float(x) for x in v / np.linalg.norm(v)]
+
+    chess = [record(f"c{i}", session=f"c{i}", category="chess", age=timedelta(days=3)) for i in range(5)]
+    tennis = [record(f"t{i}", session=f"t{i}", category="tennis", age=timedelta(days=3)) for i in range(5)]
+    vectors: dict[str, list[float] | None] = {e.id: unit((0, 1.0), (1 + i % 3, 0.3)) for i, e in enumerate(chess)}
+    vectors.update({e.id: unit((4, 1.0), (5 + i % 3, 0.3)) for i, e in enumerate(tennis)})
+    effects, _ = plan_user([*chess, *tennis], vectors, set(), NOW, RULES)
+    rows = applied([*chess, *tennis], effects)
+    assert len([r for r in rows if r.type is MemoryType.PATTERN]) == 2
+    vectors.update({e.record.id: e.vector for e in effects if e.vector is not None})
+    taken = {e.record.id for e in effects if e.record.type in (MemoryType.PATTERN, MemoryType.SEMANTIC)}
+    both = record("both", session="b", category="chess, tennis", age=timedelta(days=1))
+    vectors[both.id] = unit((0, 1.0), (4, 1.0))
+    again, _ = plan_user([*rows, both], vectors, taken, NOW + timedelta(days=1), RULES)
+    after = applied([*rows, both], again)
+    patterns = [r for r in after if r.type is MemoryType.PATTERN]
+    assert len(patterns) == 2
+    assert sorted(len(covered(p)) for p in patterns) in ([5, 5], [5, 6])
+
+
 def test_a_second_pass_with_the_same_now_changes_nothing() -> None:
     episodes, vectors = similar_episodes(6)
     others = [record(f"x{i}", type_=MemoryType.PREFERENCE, importance=0.05 * i) for i in range(5)]

@@ -5,7 +5,9 @@ vectors, linked while their mean cosine stands out from the user's own
 background (`link_threshold`); a cluster of at least `pattern_min` episodes
 is a pattern stating the shared terms and its most typical member. Members
 get `compressed = true`: out of default recall, kept in Postgres and the
-index. Method and values were chosen on a labelled set of assistant
+index. An existing pattern's members are one cluster again in the next pass,
+so episodes of a theme the user keeps coming back to join it, as a new
+version that supersedes it, rather than start a second pattern of the theme. Method and values were chosen on a labelled set of assistant
 conversations (tests/bench/patterns.py).
 """
 
@@ -15,6 +17,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import combinations
 
 import numpy as np
 
@@ -28,8 +31,8 @@ from agents.maintenance.rules.common import (
 )
 from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.state import Plan, active_episodes
-from agents.maintenance.rules.synthesized import synthesized
-from schemas import MemoryRecord, MemoryType
+from agents.maintenance.rules.synthesized import covered, synthesized
+from schemas import MemoryRecord, MemoryStatus, MemoryType
 from services.core.textutil import stable_id
 
 # MiniLM cosines of two unrelated assistant-conversation episodes (the labelled set's half "a", pairs of
@@ -64,7 +67,9 @@ def link_threshold(vectors: Sequence[Sequence[float]], rules: Rules) -> float:
     return round(mean + rules.pattern_spread * math.sqrt(squares / total), SIMILARITY_DECIMALS)
 
 
-def clusters(vectors: Sequence[Sequence[float]], threshold: float) -> list[list[int]]:
+def clusters(
+    vectors: Sequence[Sequence[float]], threshold: float, anchors: Sequence[Sequence[int]] = ()
+) -> list[list[int]]:
     """Average-link agglomerative clusters at mean cosine ≥ threshold, as sorted index lists.
 
     Repeatedly merge the two clusters whose cross pairs have the highest mean
@@ -76,7 +81,10 @@ def clusters(vectors: Sequence[Sequence[float]], threshold: float) -> list[list[
     their order only; and dropping whole clusters from the input leaves the
     others as they were (the link of two clusters depends on their members
     only, so a re-plan after compressing a pattern's members finds nothing new).
-    Cost: a scan of the n × n matrix per merge, fine for one user's episodes.
+    `anchors` are clusters found before (an existing pattern's members, in
+    disjoint groups): each starts as one cluster, others may join it, and no
+    two anchors merge. Cost: a scan of the n × n matrix per merge, fine for
+    one user's episodes.
     """
     n = len(vectors)
     if n == 0:
@@ -84,10 +92,8 @@ def clusters(vectors: Sequence[Sequence[float]], threshold: float) -> list[list[
     sim = similarities(vectors)
     np.fill_diagonal(sim, -np.inf)
     groups = {i: [i] for i in range(n)}
-    while True:
-        i, j = divmod(int(np.argmax(sim)), n)  # the first maximum: i < j, lowest indices first
-        if sim[i, j] < threshold:
-            break
+
+    def merge(i: int, j: int) -> None:
         # The merged cluster keeps index i; its link to any other is the size-weighted mean of its parts'.
         a, b = len(groups[i]), len(groups[j])
         sim[i] = np.round((a * sim[i] + b * sim[j]) / (a + b), SIMILARITY_DECIMALS)
@@ -96,6 +102,20 @@ def clusters(vectors: Sequence[Sequence[float]], threshold: float) -> list[list[
         sim[j] = -np.inf
         sim[:, j] = -np.inf
         groups[i] += groups.pop(j)
+
+    heads: list[int] = []
+    for anchor in anchors:
+        head, *rest = sorted(anchor)
+        for j in rest:
+            merge(head, j)
+        heads.append(head)
+    for h, k in combinations(heads, 2):
+        sim[h, k] = sim[k, h] = -np.inf  # stays -inf through every later merge: a mean with -inf is -inf
+    while True:
+        i, j = divmod(int(np.argmax(sim)), n)  # the first maximum: i < j, lowest indices first
+        if sim[i, j] < threshold:
+            break
+        merge(i, j)
     return sorted(sorted(g) for g in groups.values())
 
 
@@ -131,20 +151,51 @@ def pattern_of(members: Sequence[MemoryRecord], vectors: Sequence[Sequence[float
 
 
 def patterns(plan: Plan, taken: set[str], now: datetime, rules: Rules) -> None:
+    """New patterns, and existing ones grown by the episodes that have joined their theme since.
+
+    An existing pattern is its members' cluster again (an anchor): a theme the
+    user keeps coming back to is one pattern whose versions grow, not a new
+    pattern of the same theme every few sessions.
+    """
     # The threshold comes from all the user's episodes, compressed ones too: a re-plan sees the same one.
     episodes = [r for r in active_episodes(plan) if plan.vectors.get(r.id) is not None]
     threshold = link_threshold([plan.vectors[r.id] or [] for r in episodes], rules)
-    candidates = [r for r in episodes if not r.compressed]
+    existing = sorted((r for r in plan.active() if r.type is MemoryType.PATTERN), key=lambda r: r.id)
+    by_id = {r.id: r for r in episodes}
+    owner: dict[str, MemoryRecord] = {}  # an episode's pattern, the first to cover it
+    for earlier in existing:
+        for member in sorted(covered(earlier)):
+            if member in by_id:
+                owner.setdefault(member, earlier)
+    candidates = [r for r in episodes if not r.compressed or r.id in owner]
     vectors = [plan.vectors[r.id] or [] for r in candidates]
-    for group in clusters(vectors, threshold):
-        if len(group) < rules.pattern_min:
-            continue
+    anchors: dict[str, list[int]] = {}
+    for k, r in enumerate(candidates):
+        if r.id in owner:
+            anchors.setdefault(owner[r.id].id, []).append(k)
+    for group in clusters(vectors, threshold, list(anchors.values())):
         members = [candidates[i] for i in group]
+        grown = next((owner[r.id] for r in members if r.id in owner), None)
+        joining = [r for r in members if r.id not in owner]
+        if not joining or (grown is None and len(members) < rules.pattern_min):
+            continue
         pattern = pattern_of(members, [vectors[i] for i in group], now)
         if pattern.id in taken:
             continue
         plan.vectors[pattern.id] = mean_vector(vectors[i] for i in group)
-        plan.touch(pattern, "patterns", f"pattern of {len(members)} similar episodes")
-        for member in members:
-            compressed = plan.current(member.id).model_copy(update={"compressed": True, "updated_at": now})
+        if grown is None:
+            plan.touch(pattern, "patterns", f"pattern of {len(members)} similar episodes")
+        else:
+            plan.touch(pattern, "patterns", f"pattern {grown.id} grown by {len(joining)} episodes")
+            superseded = plan.current(grown.id).model_copy(
+                update={
+                    "status": MemoryStatus.SUPERSEDED,
+                    "superseded_at": now,
+                    "superseded_by": pattern.id,
+                    "updated_at": now,
+                }
+            )
+            plan.touch(superseded, "pattern_superseded", f"pattern has a new version {pattern.id}")
+        for episode in joining:
+            compressed = plan.current(episode.id).model_copy(update={"compressed": True, "updated_at": now})
             plan.touch(compressed, "compressed", f"compressed into pattern {pattern.id}")
