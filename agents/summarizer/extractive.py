@@ -78,7 +78,10 @@ NAMED_WEIGHT = 1.5
 # A topic word weighs at least this (salience 1.0 is a word no assistant reply has).
 MIN_TOPIC_SALIENCE = 0.5
 # Counts say how much, not what about: never a topic (a sentence may still be chosen for them).
-NUMBER_WORDS = frozenset("two three four five six seven eight nine ten twenty hundred thousand million".split())
+NUMBER_WORDS = frozenset(
+    """two three four five six seven eight nine ten eleven twelve fifteen twenty thirty fifty hundred thousand
+    million dozen""".split()
+)
 # A sentence with fewer content words scores in proportion (a greeting, a thank-you).
 FULL_SENTENCE_WORDS = 3
 # A word in every turn of a chunk keeps this much of its weight; spread counts from this many turns.

@@ -74,11 +74,11 @@ def _prose(text: str) -> str:
 
 
 def _starts_word(text: str, at: int) -> bool:
-    """Nothing of a word before `at`: "l'Orangerie" holds no name, "'Embracing Identity'" does."""
+    """Nothing of a word before `at`: "l'Orangerie" and "7-Eleven" hold no name, "'Embracing Identity'" does."""
     if at == 0:
         return True
     before = text[at - 1]
-    if before in "'\u2019":
+    if before in "'\u2019-":
         return at < 2 or not text[at - 2].isalnum()
     return not before.isalnum()
 

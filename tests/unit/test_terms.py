@@ -46,6 +46,8 @@ def test_names_in_any_script_hyphens_and_apostrophes_are_whole() -> None:
     ]
     # A clitic ends a name: "Charlotte's Web" is two, and "You're" is "You".
     assert entities("We read Charlotte's Web, and I said You're right.") == ["Charlotte", "Web", "You"]
+    # Part of a word is no word: "7-Eleven" names no "Eleven", "l'Orangerie" no "Orangerie".
+    assert entities("Cash from the 7-Eleven by l'Orangerie, said Anna.") == ["Anna"]
 
 
 def test_code_names_nothing() -> None:
