@@ -280,6 +280,9 @@ def test_a_name_that_is_the_subject_is_a_topic() -> None:
         for i, word in enumerate(["rail", "ryokan", "visa", "budget", "kyoto", "packing"])
     ]
     assert [t.term for t in topics(episodes, RULES)] == ["japan"]
+    # An itinerary's bold label ("**Japan:** …", plain in the episode) is no speaker.
+    labelled = [episodes[0].model_copy(update={"text": "assistant: Japan: two weeks by rail."}), *episodes[1:]]
+    assert [t.term for t in topics(labelled, RULES)] == ["japan"]
 
 
 def test_topics_largely_sharing_their_episodes_fold_into_the_best_supported_one() -> None:

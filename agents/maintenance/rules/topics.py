@@ -35,13 +35,14 @@ NAME_MENTIONS = 2
 MIN_LABELS = 2
 
 
-# Who speaks or is spoken to: "user: Caroline: …", "Thanks, Nate", "Hey Mel", ", Joanna!".
 _WHO = r"[^\W\d_][\w'\u2019-]{0,30}"
-_ADDRESSED = re.compile(
-    rf"(?:^|(?<=user: )|(?<=assistant: ))({_WHO}(?: {_WHO}){{0,2}}):\s"
-    rf"|\b(?:hi|hey|hello|thanks|thank you|bye|congrats|congratulations|dear|sorry)[,!]?\s{{1,3}}({_WHO})"
+# A sentence's speaker label: "user: Caroline: I went to …".
+_SPEAKER = re.compile(rf"(?:^|(?<=user: )|(?<=assistant: ))({_WHO}(?: {_WHO}){{0,2}}):\s", re.MULTILINE)
+# Someone spoken to: "Thanks, Nate", "Hey Mel", ", Joanna!".
+_VOCATIVE = re.compile(
+    rf"\b(?:hi|hey|hello|thanks|thank you|bye|congrats|congratulations|dear|sorry)[,!]?\s{{1,3}}({_WHO})"
     rf"|,\s{{1,3}}({_WHO})!",
-    re.IGNORECASE | re.MULTILINE,
+    re.IGNORECASE,
 )
 
 
@@ -50,11 +51,18 @@ def names(episodes: Iterable[MemoryRecord]) -> set[str]:
 
     Two friends' names are in every session of theirs and say nothing of its
     subject; "Japan" in six sessions of trip planning, or "Flask" in six about
-    an API, is the subject.
+    an API, is the subject. A speaker labels most of the episodes that name
+    them; a bold label in an itinerary ("**Kyoto:** three nights") labels one.
     """
     mentions = Counter(e for r in episodes for e in {x.lower() for x in r.entities})
-    addressed = {who.lower() for r in episodes for found in _ADDRESSED.findall(r.text) for who in found if who}
-    return {e for e, n in mentions.items() if n >= NAME_MENTIONS and (e in addressed or e.split()[0] in addressed)}
+    labelled = Counter(who for r in episodes for who in {w.lower() for w in _SPEAKER.findall(r.text)})
+    spoken_to = {w.lower() for r in episodes for found in _VOCATIVE.findall(r.text) for w in found if w}
+
+    def who(name: str) -> bool:
+        first = name.split()[0]
+        return bool({name, first} & spoken_to) or 2 * max(labelled[name], labelled[first]) >= mentions[name]
+
+    return {e for e, n in mentions.items() if n >= NAME_MENTIONS and who(e)}
 
 
 @dataclass(frozen=True)
