@@ -32,7 +32,7 @@ from agents.maintenance.rules.common import (
 from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.state import Plan, active_episodes
 from agents.maintenance.rules.synthesized import covered, synthesized
-from schemas import MemoryRecord, MemoryStatus, MemoryType
+from schemas import MemoryRecord, MemoryType
 from services.core.textutil import stable_id
 
 # MiniLM cosines of two unrelated assistant-conversation episodes (the labelled set's half "a", pairs of
@@ -187,15 +187,7 @@ def patterns(plan: Plan, taken: set[str], now: datetime, rules: Rules) -> None:
             plan.touch(pattern, "patterns", f"pattern of {len(members)} similar episodes")
         else:
             plan.touch(pattern, "patterns", f"pattern {grown.id} grown by {len(joining)} episodes")
-            superseded = plan.current(grown.id).model_copy(
-                update={
-                    "status": MemoryStatus.SUPERSEDED,
-                    "superseded_at": now,
-                    "superseded_by": pattern.id,
-                    "updated_at": now,
-                }
-            )
-            plan.touch(superseded, "pattern_superseded", f"pattern has a new version {pattern.id}")
+            plan.supersede(grown.id, pattern, "pattern_superseded", f"pattern has a new version {pattern.id}")
         for episode in joining:
             compressed = plan.current(episode.id).model_copy(update={"compressed": True, "updated_at": now})
             plan.touch(compressed, "compressed", f"compressed into pattern {pattern.id}")

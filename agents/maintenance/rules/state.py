@@ -32,6 +32,16 @@ class Plan:
         self.reasons.setdefault(record.id, []).append(reason)
         self.counts[kind] += 1
 
+    def supersede(self, old_id: str, new: MemoryRecord, kind: str, reason: str) -> None:
+        """Mark `old_id` superseded by `new`, a synthesized record's next version, as of `new`'s creation."""
+        update = {
+            "status": MemoryStatus.SUPERSEDED,
+            "superseded_at": new.created_at,
+            "superseded_by": new.id,
+            "updated_at": new.created_at,
+        }
+        self.touch(self.current(old_id).model_copy(update=update), kind, reason)
+
     def active(self) -> list[MemoryRecord]:
         ids = list(self.original) + [i for i in self.state if i not in self.original]
         return [r for r in (self.current(i) for i in ids) if r.status is MemoryStatus.ACTIVE]

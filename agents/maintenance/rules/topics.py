@@ -26,7 +26,7 @@ from agents.maintenance.rules.common import SNIPPET_CHARS, mean_vector, ordered_
 from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.state import Plan, active_episodes
 from agents.maintenance.rules.synthesized import covered, synthesized
-from schemas import MemoryRecord, MemoryStatus, MemoryType
+from schemas import MemoryRecord, MemoryType
 from services.core.textutil import content_words, stable_id
 
 SEMANTIC_MIN_SESSIONS = 2
@@ -189,12 +189,4 @@ def semantics(plan: Plan, taken: set[str], now: datetime, rules: Rules, inactive
         plan.vectors[record.id] = mean_vector(with_vectors)
         plan.touch(record, "semantic", f"topic '{topic.term}' across {sessions_of(union)} sessions")
         if old is not None:
-            superseded = plan.current(old.id).model_copy(
-                update={
-                    "status": MemoryStatus.SUPERSEDED,
-                    "superseded_at": now,
-                    "superseded_by": record.id,
-                    "updated_at": now,
-                }
-            )
-            plan.touch(superseded, "semantic_superseded", f"topic '{topic.term}' has a new version {record.id}")
+            plan.supersede(old.id, record, "semantic_superseded", f"topic '{topic.term}' has a new version {record.id}")
