@@ -161,11 +161,11 @@ def patterns(plan: Plan, taken: set[str], now: datetime, rules: Rules) -> None:
     episodes = [r for r in active_episodes(plan) if plan.vectors.get(r.id) is not None]
     threshold = link_threshold([plan.vectors[r.id] or [] for r in episodes], rules)
     existing = sorted((r for r in plan.active() if r.type is MemoryType.PATTERN), key=lambda r: r.id)
-    by_id = {r.id: r for r in episodes}
+    ids = {r.id for r in episodes}
     owner: dict[str, MemoryRecord] = {}  # an episode's pattern, the first to cover it
     for earlier in existing:
         for member in sorted(covered(earlier)):
-            if member in by_id:
+            if member in ids:
                 owner.setdefault(member, earlier)
     candidates = [r for r in episodes if not r.compressed or r.id in owner]
     vectors = [plan.vectors[r.id] or [] for r in candidates]
