@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from agents.consolidator.importance import cosine
 from agents.provenance import MAX_SOURCES
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
-from services.core.textutil import UPPER
+from services.core.textutil import LETTER, UPPER
 
 # Exchanges and episodes are what was said and when: two similar turns are two
 # events, not one memory. Question records track their own state.
 MERGE_TYPES = frozenset({MemoryType.FACT, MemoryType.PREFERENCE, MemoryType.SEMANTIC, MemoryType.PATTERN})
 MERGE_BOOST = 0.05
 
-_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['-]){0,63}|\d+(?:[.,:/]\d+)*")
+_WORD = re.compile(rf"{LETTER}(?:{LETTER}|['-]){{0,63}}|\d+(?:[.,:/]\d+)*")
 _NUMBER = re.compile(r"\d")
 # A capital of any script and the letters after it, not a sentence's first word: "Zürich", "Łódź".
 _ENTITY = re.compile(rf"(?<![.!?:]\s)(?<!^)\b{UPPER}[^\W\d_A-Z]{{1,40}}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from agents.rules.patterns import FACT_RULES, NEGATIVE_CUES, PREFERENCE_CUES
 from schemas import MemoryType
 from services.core import metrics
-from services.core.textutil import normalize
+from services.core.textutil import LETTER, normalize
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 # Words that say nothing about what is liked: "I love it!", "Yeah, I love to."
@@ -30,7 +30,7 @@ _EMPTY_WORDS = frozenset(
     dislike adore want one ones""".split()
 )
 _SPEAKER_LABEL = re.compile(r"^\s*[A-Z][\w .'-]{0,30}:\s+")
-_WORDS = re.compile(r"[^\W\d_](?:[^\W\d_]|'){0,63}")
+_WORDS = re.compile(rf"{LETTER}(?:{LETTER}|'){{0,63}}")
 # A run-on "sentence" (a paste with no full stops) is read in clauses of at most this many characters.
 MAX_CLAUSE_CHARS = 600
 # More distinct preferences than this in one turn is a list or a paste, not a user telling what they like.

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 
-from services.core.textutil import content_words
+from services.core.textutil import LETTER, content_words
 
 # A word of letters in any script, hyphen-joined parts included ("Belém", "Flask-JWT-Extended"); a name is a
 # run of them, each capitalised, on one line.
-_WORD = re.compile(r"[^\W\d_]{1,64}(?:['\u2019-][^\W\d_]{1,64}){0,8}")
+_WORD = re.compile(rf"{LETTER}{{1,64}}(?:['\u2019-]{LETTER}{{1,64}}){{0,8}}")
 # What follows an apostrophe when it is no part of a name: "Anna's", "You're", "Can't".
 _CLITICS = frozenset({"s", "re", "ve", "d", "ll", "t", "m"})
 _GAP = re.compile(r"[ \t]{1,16}")

@@ -95,8 +95,10 @@ def _ranges(chars: list[str]) -> str:
 # An upper-case letter of any script, for patterns that want a capital: `re` has no \p{Lu}.
 # Latin (with its extensions, Vietnamese's included), Greek and Cyrillic; scripts without case have no capitals.
 UPPER = "[" + _ranges([chr(i) for i in (*range(0x530), *range(0x1E00, 0x1F00)) if chr(i).isupper()]) + "]"
-# Letters of any script ("café", "Zürich", "東京"), with inner apostrophes and hyphens.
-_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['\u2019-]){1,63}")
+# A letter of any script ("café", "Zürich", "東京"): a word character that is neither digit nor underscore.
+LETTER = r"[^\W\d_]"
+# Words of letters, with inner apostrophes and hyphens.
+_WORD = re.compile(rf"{LETTER}(?:{LETTER}|['\u2019-]){{1,63}}")
 STOPWORDS = frozenset(
     """a about above after again all also am an and any are as at be because been before being below between both but by
     can could did do does doing don't down during each few for from further had has have having he her here hers herself him

@@ -27,7 +27,7 @@ from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.state import Plan, active_episodes
 from agents.maintenance.rules.synthesized import covered, synthesized
 from schemas import MemoryRecord, MemoryType
-from services.core.textutil import content_words, stable_id
+from services.core.textutil import LETTER, content_words, stable_id
 
 SEMANTIC_MIN_SESSIONS = 2
 NAME_MENTIONS = 2
@@ -35,7 +35,7 @@ NAME_MENTIONS = 2
 MIN_LABELS = 2
 
 
-_WHO = r"[^\W\d_][\w'\u2019-]{0,30}"
+_WHO = rf"{LETTER}[\w'\u2019-]{{0,30}}"
 # A sentence's speaker label: "user: Caroline: I went to …".
 _SPEAKER = re.compile(rf"(?:^|(?<=user: )|(?<=assistant: ))({_WHO}(?: {_WHO}){{0,2}}):\s", re.MULTILINE)
 # Someone spoken to: "Thanks, Nate", "Hey Mel", ", Joanna!".
