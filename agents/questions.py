@@ -19,7 +19,10 @@ question is open when
 - the reply puts it off before saying anything of substance ("let's come
   back to that", "before we get to that", "let's park testing until …",
   "we can brainstorm names later"); "We can plan the museums later!" after
-  an answer puts off the next subject, not the question;
+  an answer puts off the next subject, not the question; so does a reply
+  that hands it on ("I've escalated this to billing, who will get back to
+  you", "we'll text you the moment it's fixed"), where "We'll notify you
+  when it lands" after the answer only follows up;
 - the reply turns away from it ("speaking of …", "have you considered …",
   "let's talk about …");
 - the user dropped it: a later sentence of the same turn, or a message
@@ -139,6 +142,23 @@ _DEFER = re.compile(
     r"|in a (?:moment|minute|bit|second|sec)))\b",
     re.IGNORECASE,
 )
+# The answer is to come later, from someone else: support handing the question on ("I've escalated this to
+# billing", "they'll get back to you", "we'll let you know once it's fixed"). "We'll email you a
+# confirmation" after an answer only confirms it.
+_HANDOFF = re.compile(
+    r"\b(?:(?:escalated|passed|forwarded|referred|handed) (?:this|it|that|your \w{1,20}) (?:on )?(?:to|with)"
+    r"|(?:raised|logged|opened|created|filed|submitted) (?:a|an) (?:\w{1,20} )?(?:ticket|case|request|report"
+    r"|investigation)|(?:get|come) back to you|(?:be|get) in touch|follow up with you|call you back"
+    r"|(?:contact|call|email|text|message|phone|update|notify|reach out to) you (?:once|when|as soon|the moment|by"
+    r"|within|with (?:the|an?) (?:outcome|answer|update|decision))|reach out (?:once|when|as soon)"
+    r"|(?:let|keep) you (?:know|posted|updated) (?:once|when|as soon|if|about)"
+    r"|(?:they|the team|our team|someone)(?:'ll| will) (?:confirm|decide|explain|advise|look into)"
+    r"|(?:looking into|investigating|working on a fix|aware of the (?:issue|problem|fault))"
+    r"|depends on (?:the|their|our) (?:\w{1,20} ){0,2}(?:team|department)'?s? (?:decision|review|assessment))\b",
+    re.IGNORECASE,
+)
+# A reply that puts the question off, to later or to someone else.
+_PUTS_OFF = (_DEFER, _HANDOFF)
 # The assistant turns to something else.
 _TURN_AWAY = re.compile(
     r"\b(?:speaking of|by the way|on (?:another|a different|a related) note|have you (?:considered|thought about"
@@ -267,7 +287,7 @@ class _Said:
         kept = []
         for s in self.statements:
             if (s.endswith("!") and len(s.split()) <= SHORT_EXCLAMATION_WORDS) or any(
-                p.search(s) for p in (_DEFER, _TURN_AWAY, _CHECKING)
+                p.search(s) for p in (*_PUTS_OFF, _TURN_AWAY, _CHECKING)
             ):
                 continue
             limit = _UNSURE.search(s) or _DECLINE.search(s)
@@ -314,7 +334,7 @@ class _Said:
         an answer defers the next subject, not the question."""
         answering = set(self.answering)
         for s in self.sentences:
-            if _DEFER.search(s):
+            if any(p.search(s) for p in _PUTS_OFF):
                 return True
             if s in answering and len(terms(s)) >= SUBSTANCE_TERMS:
                 return False
@@ -323,7 +343,7 @@ class _Said:
     @cached_property
     def clarifies(self) -> bool:
         """Not knowing yet, and asking what it depends on ("Not sure, it depends on your age. How old are you?")."""
-        return self.unsure and self.asks_back and not any(p.search(self.turn.content) for p in (_DEFER, _TURN_AWAY))
+        return self.unsure and self.asks_back and not any(p.search(self.turn.content) for p in (*_PUTS_OFF, _TURN_AWAY))
 
     @cached_property
     def asks_back(self) -> bool:
