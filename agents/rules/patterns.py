@@ -23,6 +23,13 @@ _NAME = rf"(?P<value>{_NAME_WORD}(?: {_NAME_WORD})?)"
 _PLACE = rf"(?P<value>{_PLACE_WORD}(?:[ ,]{{1,3}}{_PLACE_WORD}){{0,3}})"
 _PHRASE = r"(?P<value>[\w][\w\s'&/+.-]{1,60}?)"
 _END = r"(?=\s{0,5}(?:[.!?,;]|$| and | but | because | since | so ))"
+# What follows "Hi, I'm" with a capital yet is no name.
+_NOT_A_NAME = (
+    r"(?:American|British|English|Canadian|Australian|Indian|Chinese|Japanese|German|French|Spanish|Italian|Mexican"
+    r"|Irish|Scottish|Welsh|Dutch|Jewish|Muslim|Christian|Catholic|Vegan|Vegetarian|Back|Sorry|Fine|Good|Okay|OK"
+    r"|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|January|February|March|April|May|June|July|August"
+    r"|September|October|November|December|Christmas|Easter|Halloween)"
+)
 # Whitespace between words of a cue, as typed: a few characters.
 _S = r"\s{1,5}"
 
@@ -52,6 +59,26 @@ FACT_RULES: tuple[FactRule, ...] = (
         _NAME,
         "User's name is {value}",
         0.9,
+    ),
+    _rule(
+        "identity",
+        "name",
+        # How users open a chat with a support desk: "Hi, I'm Dana.", "Hello, this is Sam Lee here", "It's Dana again".
+        rf"\b(?:hi|hello|hey|good (?:morning|afternoon|evening))\W{{1,3}}(?:there\W{{1,3}})?(?:i'm|i am|this is|it's)"
+        rf"{_S}(?!{_NOT_A_NAME}\b)",
+        rf"{_NAME}(?=\s{{0,5}}(?:[.!,;]|$| and | here\b| again\b| from\b))",
+        "User's name is {value}",
+        0.9,
+        0.8,
+    ),
+    _rule(
+        "identity",
+        "name",
+        rf"^\W{{0,3}}it's{_S}(?!{_NOT_A_NAME}\b)",
+        rf"{_NAME}(?={_S}again\b)",
+        "User's name is {value}",
+        0.9,
+        0.8,
     ),
     _rule(
         "location",
@@ -148,9 +175,16 @@ FACT_RULES: tuple[FactRule, ...] = (
     ),
 )
 
+# "I never asked for paper bills" tells what happened, not a habit: "always"/"never" with a past tense is no
+# preference, unless the verb is one ("I never liked olives").
+_EVENT = (
+    r"(?! (?!(?:liked|loved|enjoyed|wanted|preferred|hated|disliked)\b)(?:\w{1,20}[^\We]ed|agreed|got|said|knew"
+    r"|thought|saw|heard|made|did|had|went|told|gave|sent|bought|paid|took|came|meant|signed up)\b)"
+)
 PREFERENCE_CUES = re.compile(
     r"\b(?:i (?:really |really don't |don't |do not |absolutely |)(?:prefer|like|love|enjoy|hate|dislike|can't stand|adore)"
-    r"|i (?:don't|do not|never) want|i(?: would|'d) rather|i always|i never|i usually|my (?:all[- ]time )?fav(?:ou?rite)?"
+    rf"|i (?:don't|do not|never) want|i(?: would|'d) rather|i always{_EVENT}|i never{_EVENT}|i usually"
+    r"|my (?:all[- ]time )?fav(?:ou?rite)?"
     r"|please (?:always|never|don't|do not))\b",
     re.IGNORECASE,
 )

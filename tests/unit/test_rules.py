@@ -29,6 +29,10 @@ def facts(text: str) -> dict[str, str | None]:
         ("call me Łukasz", {"identity/name": "Łukasz"}),
         ("I live in Île-de-France", {"location/city": "Île-de-France"}),
         ("I moved from Kraków to Øvre Eiker last year.", {"location/city": "Øvre Eiker"}),
+        # How a support chat opens.
+        ("Hi, I'm Dana. I've been charged twice.", {"identity/name": "Dana"}),
+        ("Hello, this is Sam Lee here, about my order.", {"identity/name": "Sam Lee"}),
+        ("It's Dana again. Still no word on the refund.", {"identity/name": "Dana"}),
     ],
 )
 def test_profile_facts(text: str, expected: dict[str, str]) -> None:
@@ -37,7 +41,16 @@ def test_profile_facts(text: str, expected: dict[str, str]) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["What is the weather in Paris?", "The city of Pune is nice", "i live in a small flat", "We talked about dogs."],
+    [
+        "What is the weather in Paris?",
+        "The city of Pune is nice",
+        "i live in a small flat",
+        "We talked about dogs.",
+        "Hi, I'm American and live abroad.",
+        "Hi, I'm looking for a router.",
+        "It's Monday again.",
+        "It's Tuesday and I'm tired.",
+    ],
 )
 def test_no_fact_where_none_is_stated(text: str) -> None:
     assert facts(text) == {}
@@ -53,6 +66,8 @@ def test_no_fact_where_none_is_stated(text: str) -> None:
         "I don't want emails before 9am.",
         "I always fly window seat.",
         "I never eat pork.",
+        "I never liked olives.",
+        "I never need sugar in my tea.",
         "My favorite band is Muse.",
         "I love 東京.",
         "I love crème brûlée",
@@ -75,6 +90,10 @@ def test_preference_hits(text: str) -> None:
         "Yeah, I love to.",
         "Melanie: I love it.",
         "I really like that one.",
+        # What happened, not a habit.
+        "I never asked for paper bills.",
+        "I never got the refund email.",
+        "I always thought tofu was bland.",
     ],
 )
 def test_preference_misses(text: str) -> None:
