@@ -73,7 +73,7 @@ read service shares that rule and never imports a stage.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 
 from agents.rules.extract import sentences
@@ -259,17 +259,29 @@ def _shares(question: frozenset[str], said: frozenset[str], least: int = 1) -> b
     return len(question & said) >= min(least, len(question)) if question else False
 
 
-class _Said:
-    """One turn, read once: its sentences, what they are about, and the cues in it."""
+def _never(sentence: str) -> bool:
+    return False
 
-    def __init__(self, turn: TurnEvent) -> None:
+
+class _Said:
+    """One turn, read once: its sentences, what they are about, and the cues in it.
+
+    An assistant's sentences that `padding` names (what the tenant's replies say word for word, such as a
+    support desk's "I'm Ava, your virtual assistant.") are not read at all: they neither answer nor say
+    anything of substance before a deferral. A user's are: many users asking "How do I reset my password?"
+    does not make it padding.
+    """
+
+    def __init__(self, turn: TurnEvent, padding: Callable[[str], bool] = _never) -> None:
         self.turn = turn
-        self.sentences = sentences(turn.content)
+        said = sentences(turn.content)
+        self.sentences = [s for s in said if not padding(s)] if turn.role is Role.ASSISTANT else said
+        self.text = turn.content if len(self.sentences) == len(said) else " ".join(self.sentences)
         self.statements = [s for s in self.sentences if not s.endswith("?")]
 
     @cached_property
     def terms(self) -> frozenset[str]:
-        return terms(self.turn.content)
+        return terms(self.text)
 
     @cached_property
     def question_terms(self) -> list[frozenset[str]]:
@@ -326,7 +338,7 @@ class _Said:
     @cached_property
     def puts_off(self) -> bool:
         """Admits not knowing, defers, or turns away."""
-        return self.unsure or _TURN_AWAY.search(self.turn.content) is not None or self.defers
+        return self.unsure or _TURN_AWAY.search(self.text) is not None or self.defers
 
     @cached_property
     def defers(self) -> bool:
@@ -343,7 +355,7 @@ class _Said:
     @cached_property
     def clarifies(self) -> bool:
         """Not knowing yet, and asking what it depends on ("Not sure, it depends on your age. How old are you?")."""
-        return self.unsure and self.asks_back and not any(p.search(self.turn.content) for p in (*_PUTS_OFF, _TURN_AWAY))
+        return self.unsure and self.asks_back and not any(p.search(self.text) for p in (*_PUTS_OFF, _TURN_AWAY))
 
     @cached_property
     def asks_back(self) -> bool:
@@ -353,7 +365,7 @@ class _Said:
     def leaves(self) -> bool:
         """A user turn that changes the subject or says goodbye."""
         return (bool(self.sentences) and _PIVOT.search(self.sentences[0]) is not None) or (
-            _FAREWELL.search(self.turn.content) is not None
+            _FAREWELL.search(self.text) is not None
         )
 
     @cached_property
@@ -394,15 +406,16 @@ def _realises(sentence: str) -> bool:
 class _Reading:
     """A chunk's turns, each read at most once, and where the conversation went after a question."""
 
-    def __init__(self, turns: Sequence[TurnEvent], session_ended: bool) -> None:
+    def __init__(self, turns: Sequence[TurnEvent], session_ended: bool, padding: Callable[[str], bool]) -> None:
         self.turns = turns
         self.session_ended = session_ended
+        self.padding = padding
         self._said: dict[int, _Said] = {}
         self._on_topic: dict[tuple[int, int], bool] = {}
 
     def said(self, i: int) -> _Said:
         if i not in self._said:
-            self._said[i] = _Said(self.turns[i])
+            self._said[i] = _Said(self.turns[i], self.padding)
         return self._said[i]
 
     def next_turn(self, after: int, role: Role, within: int) -> int | None:
@@ -478,9 +491,11 @@ class _Reading:
         return final.puts_off or not (builds_on or final.addresses(question, asked))
 
 
-def unresolved(turns: Sequence[TurnEvent], *, session_ended: bool) -> list[tuple[TurnEvent, str]]:
-    """(user turn, question sentence) for each question the chunk leaves open, in order."""
-    reading = _Reading(turns, session_ended)
+def unresolved(
+    turns: Sequence[TurnEvent], *, session_ended: bool, padding: Callable[[str], bool] = _never
+) -> list[tuple[TurnEvent, str]]:
+    """(user turn, question sentence) for each question the chunk leaves open, in order (`padding`: see _Said)."""
+    reading = _Reading(turns, session_ended, padding)
     found: list[tuple[TurnEvent, str]] = []
     for i, turn in enumerate(turns):
         if turn.role is not Role.USER:
@@ -507,7 +522,8 @@ def unresolved(turns: Sequence[TurnEvent], *, session_ended: bool) -> list[tuple
     return found
 
 
-def question_candidates(chunk: EvictedChunk) -> list[MemoryCandidate]:
+def question_candidates(chunk: EvictedChunk, padding: Callable[[str], bool] = _never) -> list[MemoryCandidate]:
+    """The chunk's open questions as memories; `padding` names the assistant sentences that say nothing (_Said)."""
     return [
         MemoryCandidate(
             candidate_id=stable_id(chunk.tenant_id, chunk.user_id, MemoryType.QUESTION.value, turn.event_id, text),
@@ -523,7 +539,7 @@ def question_candidates(chunk: EvictedChunk) -> list[MemoryCandidate]:
             extractor=EXTRACTOR,
             question=Question(related=related_terms(text)),
         )
-        for turn, text in unresolved(chunk.turns, session_ended=chunk.reason == "session_end")
+        for turn, text in unresolved(chunk.turns, session_ended=chunk.reason == "session_end", padding=padding)
     ]
 
 

@@ -66,7 +66,7 @@ def register(app: faust.App, topics: Topics, rt: Runtime) -> None:
         saliences = await salience_by_tenant(rt, [chunk for _, chunk in items])
         for event, chunk in items:
             candidates += await memories_for(event, chunk, saliences[chunk.tenant_id])
-            candidates += await asyncio.to_thread(question_candidates, chunk)
+            candidates += await asyncio.to_thread(question_candidates, chunk, saliences[chunk.tenant_id].formula)
         # Derived work: the embedder takes it after what users just said (agents/embedder/lanes.py).
         await forward(topics.candidates, STAGE, candidates, [BACKGROUND])
 

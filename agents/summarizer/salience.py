@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agents.corpus import DOCUMENTS, TURNS, sentence_bucket, term_bucket
+from agents.corpus import DOCUMENTS, TURNS, sentence_bucket, sentence_key, term_bucket
 from services.core.textutil import content_words
 
 MIN_DOCUMENTS = 50
@@ -71,13 +71,17 @@ class Salience:
         return max(self.counts.get(TURNS, 0), self.documents)
 
     def sentence(self, sentence: str) -> float:
-        if all(w in FILLER for w in content_words(sentence)):
+        if all(w in FILLER for w in content_words(sentence)) or self.formula(sentence):
             return FILLER_WEIGHT
+        return 1.0
+
+    def formula(self, sentence: str) -> bool:
+        """Whether the tenant's turns say this sentence word for word often enough to be a formula."""
         n = self.turns
-        if n < MIN_DOCUMENTS:
-            return 1.0
+        if n < MIN_DOCUMENTS or not sentence_key(sentence):
+            return False
         df = self.counts.get(sentence_bucket(sentence), 0)
-        return FILLER_WEIGHT if df >= MIN_SENTENCE_DOCS and df >= FILLER_SENTENCE_SHARE * n else 1.0
+        return df >= MIN_SENTENCE_DOCS and df >= FILLER_SENTENCE_SHARE * n
 
 
 NEUTRAL = Salience()

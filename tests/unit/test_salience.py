@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.corpus import DOCUMENTS, TURNS, corpus_counts, corpus_documents, sentence_bucket, tally, turn_buckets
+from agents.questions import question_candidates
 from agents.summarizer.extractive import summarize
 from agents.summarizer.salience import FILLER, MIN_DOCUMENTS, NEUTRAL, Salience
-from schemas import TurnEvent
+from schemas import EvictedChunk, TurnEvent
 from services.core.textutil import STOPWORDS
 from tests.factories import turn_event
 
@@ -124,3 +125,21 @@ def test_counts_from_before_user_turns_were_counted_still_weigh_sentences() -> N
     upgraded = Salience({DOCUMENTS: 100_000, TURNS: 3, sentence_bucket("The metro is cheapest."): 6})
     assert upgraded.turns == 100_000
     assert upgraded.sentence("The metro is cheapest.") == 1.0
+
+
+def test_a_support_desks_template_neither_answers_a_question_nor_stands_before_its_deferral() -> None:
+    """ "I'm Ava, your virtual assistant." has three content words: read as substance, the deferral after it
+    counted for nothing. Said in every reply of the tenant, it is a formula and is not read at all."""
+    intro = "Thanks for reaching out to Brightway Support! I'm Ava, your virtual assistant."
+    replies = [f"{intro} Your {thing} is sorted." for thing in ("router", "bill", "plan", "password", "order")] * 12
+    counts = Salience(corpus_counts(turn_event(2 * i + 1, reply) for i, reply in enumerate(replies)))
+    assert counts.formula("I'm Ava, your virtual assistant.")
+    assert not counts.formula("The refund goes back to your card.")
+    asked = "Will the refund go back to my card or as account credit?"
+    reply = f"{intro} That depends on the billing team's decision; they'll confirm when they contact you."
+    chunk = EvictedChunk(
+        tenant_id="t", user_id="u", session_id="s", reason="session_end",
+        turns=[turn_event(0, asked), turn_event(1, reply)], cause=["e0"],
+    )  # fmt: skip
+    assert [c.text for c in question_candidates(chunk)] == []
+    assert [c.text for c in question_candidates(chunk, counts.formula)] == [asked]
