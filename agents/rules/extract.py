@@ -137,6 +137,15 @@ def _has_object(sentence: str) -> bool:
     return any(w not in _EMPTY_WORDS for w in words)
 
 
+_NAME_RULES = tuple(rule for rule in FACT_RULES if (rule.category, rule.key) == ("identity", "name"))
+
+
+def self_names(text: str) -> list[str]:
+    """The names a user gives themself in `text` ("Hi, I'm Dana", "call me Sam")."""
+    found = (first_match(rule.pattern, text) for rule in _NAME_RULES)
+    return [_clean(match["value"]) for match in found if match is not None]
+
+
 def extract_preferences(text: str, deadline: Deadline | None = None) -> list[Extraction]:
     """Clauses that state a preference, each once, at most MAX_PREFERENCES, until `deadline`."""
     out: dict[str, Extraction] = {}

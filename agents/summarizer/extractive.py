@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 
 from agents.corpus import sentence_key
-from agents.rules.extract import sentences
+from agents.rules.extract import self_names, sentences
 from agents.summarizer.salience import NEUTRAL, Salience
 from schemas import Role, TurnEvent
 from services.core.terms import entities
@@ -82,6 +83,14 @@ NUMBER_WORDS = frozenset(
     """two three four five six seven eight nine ten eleven twelve fifteen twenty thirty fifty hundred thousand
     million dozen""".split()
 )
+# Verbs, adverbs and units any request is made with ("I'd like to take the new 18-month contract, please"):
+# never a topic.
+LIGHT_WORDS = frozenset(
+    """take took taken taking make made making want wanted wants need needed needs still back please start starts
+    started come came give gave put say said tell told see saw look let keep try tried use used find found seem feel
+    felt maybe already actually probably next done new day days week weeks month months year years hour hours
+    minute minutes""".split()
+)
 # A sentence with fewer content words scores in proportion (a greeting, a thank-you).
 FULL_SENTENCE_WORDS = 3
 # A word in every turn of a chunk keeps this much of its weight; spread counts from this many turns.
@@ -104,8 +113,11 @@ def summarize(turns: list[TurnEvent], max_sentences: int, salience: Salience = N
     """None when the chunk has nothing worth remembering (greetings, empty turns)."""
     frequency: dict[str, float] = {}
     spread: dict[str, int] = {}
+    by_user: set[str] = set()
     for turn in turns:
         words = content_words(turn.content)
+        if turn.role is Role.USER:
+            by_user.update(words)
         for word in words:
             frequency[word] = frequency.get(word, 0.0) + (USER_WEIGHT if turn.role is Role.USER else 1.0)
         for word in set(words):
@@ -138,9 +150,9 @@ def summarize(turns: list[TurnEvent], max_sentences: int, salience: Salience = N
         :max_sentences
     ]
     chosen = [text for _, _, text in sorted(best, key=lambda s: s[1])]
-    # Per turn: joined, a name ending one turn and a capital starting the next read as one entity.
-    names = list(dict.fromkeys(e for t in turns for e in entities(t.content)))
-    topics = topic_words(weight, names, salience)
+    names = chunk_names(turns, salience)
+    selves = {w for t in turns if t.role is Role.USER for name in self_names(t.content) for w in content_words(name)}
+    topics = topic_words(weight, names, salience, by_user, selves)
     started, ended = min(t.ts for t in turns), max(t.ts for t in turns)
     questions = [s for t in turns if t.role is Role.USER for s in sentences(t.content) if s.endswith("?")]
     header = f"Conversation on {started.date().isoformat()} about {', '.join(topics[:3]) or 'small talk'}."
@@ -154,15 +166,42 @@ def summarize(turns: list[TurnEvent], max_sentences: int, salience: Salience = N
     )
 
 
-def topic_words(weight: dict[str, float], names: list[str], salience: Salience, n: int = 5) -> list[str]:
+def chunk_names(turns: list[TurnEvent], salience: Salience) -> list[str]:
+    """The chunk's named entities, less the ones only its assistant says and every reply of the tenant says
+    (a support desk's "Brightway Support", its persona "Ava"): they name the desk, not the chat."""
+    # Per turn: joined, a name ending one turn and a capital starting the next read as one entity.
+    said = [(t.role, e) for t in turns for e in entities(t.content)]
+    by_user = {e for role, e in said if role is Role.USER}
+
+    def boilerplate(name: str) -> bool:
+        words = content_words(name)
+        return name not in by_user and bool(words) and all(salience.padding(w) for w in words)
+
+    return [e for e in dict.fromkeys(e for _, e in said) if not boilerplate(e)]
+
+
+def topic_words(
+    weight: dict[str, float],
+    names: list[str],
+    salience: Salience,
+    by_user: AbstractSet[str] = frozenset(),
+    selves: AbstractSet[str] = frozenset(),
+    n: int = 5,
+) -> list[str]:
     """The chunk's weightiest content words that are not padding, a word of a named entity weighing half again.
 
+    A word the user said is the subject unless it is padding (`Salience.padding`) however many of the
+    tenant's replies also say it; one only the assistant said must be rare in replies (MIN_TOPIC_SALIENCE).
+    Never a topic: counts, light verbs, and the name the user gives themself (`selves`: who, not what).
     Ties keep the order the words were first said in (`weight` is in that order): what opens a
     conversation usually frames it.
     """
     named = {w for name in names for w in content_words(name)}
-    ranked = sorted(
-        (w for w in weight if salience.term(w) >= MIN_TOPIC_SALIENCE and w not in NUMBER_WORDS),
-        key=lambda w: -(weight[w] * (NAMED_WEIGHT if w in named else 1.0)),
-    )
+
+    def eligible(w: str) -> bool:
+        if w in NUMBER_WORDS or w in LIGHT_WORDS or w in selves or salience.padding(w):
+            return False
+        return w in by_user or salience.term(w) >= MIN_TOPIC_SALIENCE
+
+    ranked = sorted(filter(eligible, weight), key=lambda w: -(weight[w] * (NAMED_WEIGHT if w in named else 1.0)))
     return ranked[:n]

@@ -32,6 +32,10 @@ MIN_DOCUMENTS = 50
 FILLER_SENTENCE_SHARE = 0.01
 MIN_SENTENCE_DOCS = 5
 FILLER_WEIGHT = 0.1
+# A term in at least this share of the tenant's assistant turns is padding whoever says it: a support desk's
+# brand and persona ("Brightway", "Ava") are in every reply. A subject many users share ("contract" at a
+# telecom, "Japan" at a travel agent) is in far fewer, and is still the subject of a user's chat.
+PADDING_SHARE = 0.25
 
 # Padding words of assistant replies, and the interjections of any chat, that are not stopwords
 # (services.core.textutil.STOPWORDS has the rest).
@@ -63,6 +67,13 @@ class Salience:
             return 1.0
         df = self.counts.get(term_bucket(word), 0)
         return max(FILLER_WEIGHT, math.log((1 + n) / (1 + df)) / math.log(1 + n))
+
+    def padding(self, word: str) -> bool:
+        """A padding word (FILLER), or one in PADDING_SHARE of the tenant's assistant turns."""
+        if word in FILLER:
+            return True
+        n = self.documents
+        return n >= MIN_DOCUMENTS and self.counts.get(term_bucket(word), 0) >= PADDING_SHARE * n
 
     @property
     def turns(self) -> int:

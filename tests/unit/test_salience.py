@@ -143,3 +143,30 @@ def test_a_support_desks_template_neither_answers_a_question_nor_stands_before_i
     )  # fmt: skip
     assert [c.text for c in question_candidates(chunk)] == []
     assert [c.text for c in question_candidates(chunk, counts.formula)] == [asked]
+
+
+def support_desk(rng: random.Random, n: int = 200) -> Salience:
+    """A telecom's support tenant: every reply opens with the desk's template; a fifth of them are about contracts."""
+    intro = "Thanks for reaching out to Brightway Support! I'm Ava, your virtual assistant."
+    subjects = ["your contract renewal", "the router lights", "a line fault", "your direct debit", "the TV box"]
+    return tenant_counts(
+        [turn_buckets(turn_event(1, f"{intro} Here is the answer about {rng.choice(subjects)}.")) for _ in range(n)]
+    )
+
+
+def test_a_support_desks_brand_and_persona_name_no_episode_and_the_users_subject_and_name_label_none() -> None:
+    salience = support_desk(random.Random(11))
+    assert salience.padding("brightway")
+    assert salience.padding("ava")
+    assert not salience.padding("contract")  # in a fifth of the replies: what users come about, not padding
+    texts = [
+        "Hi, I'm Dana. I'd like to take the 18-month contract at £40 please.",
+        "Thanks for reaching out to Brightway Support! I'm Ava, your virtual assistant. Done! Your new contract "
+        "starts today at £40 a month.",
+    ]
+    episode = summarize([turn_event(i, text) for i, text in enumerate(texts)], 3, salience)
+    assert episode is not None
+    assert episode.topics[0] == "contract", episode.topics
+    assert not {"dana", "take", "please", "brightway", "ava", "support"} & set(episode.topics), episode.topics
+    # Dana is named (the user said it); the desk's names are not.
+    assert episode.entities == ["Dana"], episode.entities
