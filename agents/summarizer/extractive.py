@@ -81,7 +81,7 @@ MIN_TOPIC_SALIENCE = 0.5
 # Counts say how much, not what about: never a topic (a sentence may still be chosen for them).
 NUMBER_WORDS = frozenset(
     """two three four five six seven eight nine ten eleven twelve fifteen twenty thirty fifty hundred thousand
-    million dozen""".split()
+    million dozen twice thrice""".split()
 )
 # Verbs, adverbs and units any request is made with ("I'd like to take the new 18-month contract, please"):
 # never a topic.
