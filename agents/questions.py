@@ -219,9 +219,8 @@ _AMOUNT = re.compile(
 )
 # Not content in a question: contractions and words small talk is made of.
 _NOT_CONTENT = frozenset(
-    """what's how's where's who's when's why's there's here's isn't aren't doesn't don't didn't can't won't i'd
-    you'll i'll we'll you've something anything everything someone anyone today day help quick question questions
-    favor favour thing""".split()
+    """isn't aren't doesn't don't didn't can't won't i'd you'll i'll we'll you've something anything everything
+    someone anyone today day help quick question questions favor favour thing""".split()
 )
 # Words assistant filler and questions share without being about the same thing.
 _FILLER_TERMS = _NOT_CONTENT | frozenset(

@@ -44,7 +44,7 @@ FILLER = frozenset(
     excited exciting fantastic feel free glad happy help helpful helps hope hoping let love nice perfect pleasure
     question questions quick sounds today welcome wonderful hesitate i'd i'll you'll you'd we'll
     wow hello haha lol congrats congratulations cool
-    what's there's here's he's she's who's where's how's they're they've you've we've can't isn't won't didn't
+    he's she's they're they've you've we've can't isn't won't didn't
     doesn't wasn't aren't couldn't wouldn't shouldn't haven't hasn't""".split()
 )
 

@@ -106,7 +106,8 @@ STOPWORDS = frozenset(
     on once only or other our ours ourselves out over own really same she should so some such than that that's the their
     theirs them themselves then there these they this those through to too under until up very was we we're were what when
     where which while who whom why will with would yeah yes you you're your yours yourself oh ok okay well thanks thank hey
-    hi got get gonna know think sure great good lot much many one things thing going way per via etc vs plus lol us""".split()
+    hi got get gonna know think sure great good lot much many one things thing going way per via etc vs plus lol us
+    what's where's who's how's when's why's there's here's""".split()
 )
 
 
