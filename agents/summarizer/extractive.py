@@ -32,7 +32,7 @@ from agents.corpus import sentence_key
 from agents.rules.extract import self_names, sentences
 from agents.summarizer.salience import NEUTRAL, Salience
 from schemas import Role, TurnEvent
-from services.core.terms import entities
+from services.core.terms import addressed, entities
 from services.core.textutil import content_words
 
 
@@ -151,8 +151,7 @@ def summarize(turns: list[TurnEvent], max_sentences: int, salience: Salience = N
     ]
     chosen = [text for _, _, text in sorted(best, key=lambda s: s[1])]
     names = chunk_names(turns, salience)
-    selves = {w for t in turns if t.role is Role.USER for name in self_names(t.content) for w in content_words(name)}
-    topics = topic_words(weight, names, salience, by_user, selves)
+    topics = topic_words(weight, names, salience, by_user, people(turns, names))
     started, ended = min(t.ts for t in turns), max(t.ts for t in turns)
     questions = [s for t in turns if t.role is Role.USER for s in sentences(t.content) if s.endswith("?")]
     header = f"Conversation on {started.date().isoformat()} about {', '.join(topics[:3]) or 'small talk'}."
@@ -180,26 +179,35 @@ def chunk_names(turns: list[TurnEvent], salience: Salience) -> list[str]:
     return [e for e in dict.fromkeys(e for _, e in said) if not boilerplate(e)]
 
 
+def people(turns: list[TurnEvent], names: list[str]) -> set[str]:
+    """Words of the names the user gives themself ("Hi, I'm Dana") or anyone is addressed by ("Great work,
+    Sam!", "— Coach Max"): who, not what."""
+    named = {w for name in names for w in content_words(name)}
+    spoken_to = {w for t in turns for w in addressed(t.content)} & named
+    selves = {w for t in turns if t.role is Role.USER for name in self_names(t.content) for w in content_words(name)}
+    return spoken_to | selves
+
+
 def topic_words(
     weight: dict[str, float],
     names: list[str],
     salience: Salience,
     by_user: AbstractSet[str] = frozenset(),
-    selves: AbstractSet[str] = frozenset(),
+    who: AbstractSet[str] = frozenset(),
     n: int = 5,
 ) -> list[str]:
     """The chunk's weightiest content words that are not padding, a word of a named entity weighing half again.
 
     A word the user said is the subject unless it is padding (`Salience.padding`) however many of the
     tenant's replies also say it; one only the assistant said must be rare in replies (MIN_TOPIC_SALIENCE).
-    Never a topic: counts, light verbs, and the name the user gives themself (`selves`: who, not what).
+    Never a topic: counts, light words, and the people in the chat (`who`, see `people`).
     Ties keep the order the words were first said in (`weight` is in that order): what opens a
     conversation usually frames it.
     """
     named = {w for name in names for w in content_words(name)}
 
     def eligible(w: str) -> bool:
-        if w in NUMBER_WORDS or w in LIGHT_WORDS or w in selves or salience.padding(w):
+        if w in NUMBER_WORDS or w in LIGHT_WORDS or w in who or salience.padding(w):
             return False
         return w in by_user or salience.term(w) >= MIN_TOPIC_SALIENCE
 
