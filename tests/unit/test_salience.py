@@ -170,14 +170,3 @@ def test_a_support_desks_brand_and_persona_name_no_episode_and_the_users_subject
     assert not {"dana", "take", "please", "brightway", "ava", "support"} & set(episode.topics), episode.topics
     # Dana is named (the user said it); the desk's names are not.
     assert episode.entities == ["Dana"], episode.entities
-
-
-def test_the_name_a_reply_addresses_or_signs_with_labels_no_episode_of_a_new_tenant() -> None:
-    texts = [
-        "I did the intervals today: 6x400m at 1:55 each. Felt brutal.",
-        "Great work, Sam! 1:55 per 400m is on target for a sub-55 10k. Keep it up! — Coach Max 💪",
-    ]
-    episode = summarize([turn_event(i, text) for i, text in enumerate(texts)], 3, NEUTRAL)
-    assert episode is not None
-    assert "intervals" in episode.topics[:3], episode.topics
-    assert not {"sam", "max", "coach"} & set(episode.topics), episode.topics
