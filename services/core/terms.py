@@ -27,16 +27,6 @@ _LOOK_BACK_STOPS = _SENTENCE_ENDS | frozenset(",;:")
 _STOP_ENTITIES = frozenset(
     {"I", "I'm", "I've", "I'd", "The", "This", "That", "My", "We", "Our", "It", "Hi", "Hey", "Yes", "No", "Oh", "So"}
 )
-# A word that may be a name, in any case (what it is depends on the cue before it).
-WHO = rf"{LETTER}[\w'\u2019-]{{0,30}}"
-# Someone spoken to ("Thanks, Nate", "Hey Mel", ", Joanna!", "Great work, Sam!") or signing off a reply
-# ("— Coach Max 💪").
-_ADDRESSED = re.compile(
-    rf"\b(?:hi|hey|hello|thanks|thank you|bye|congrats|congratulations|dear|sorry)[,!]?\s{{1,3}}({WHO})"
-    rf"|,\s{{1,3}}({WHO})!"
-    rf"|[\u2013\u2014]\s{{0,3}}(?:{WHO}\s{{1,3}})?({WHO})\W{{0,8}}$",
-    re.IGNORECASE | re.MULTILINE,
-)
 # A text's related terms are kept to this many (the first, sorted): a question is short.
 MAX_RELATED_TERMS = 16
 
@@ -135,12 +125,3 @@ def entities(text: str) -> list[str]:
 def related_terms(text: str) -> list[str]:
     """Content words and entities, lower-cased: what a later answer or query must touch."""
     return sorted({*content_words(text), *(e.lower() for e in entities(text))})[:MAX_RELATED_TERMS]
-
-
-def addressed(text: str) -> set[str]:
-    """Words, lower-cased, where a name of someone spoken to or signing off would stand: who, not what.
-
-    Any word in that place counts ("Thanks, that's it" gives "that's"): a caller keeps only the ones that
-    are names.
-    """
-    return {w.lower() for found in _ADDRESSED.findall(text) for w in found if w}

@@ -27,8 +27,7 @@ from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.state import Plan, active_episodes
 from agents.maintenance.rules.synthesized import covered, synthesized
 from schemas import MemoryRecord, MemoryType
-from services.core.terms import WHO, addressed
-from services.core.textutil import content_words, stable_id
+from services.core.textutil import LETTER, content_words, stable_id
 
 SEMANTIC_MIN_SESSIONS = 2
 NAME_MENTIONS = 2
@@ -36,8 +35,15 @@ NAME_MENTIONS = 2
 MIN_LABELS = 2
 
 
+_WHO = rf"{LETTER}[\w'\u2019-]{{0,30}}"
 # A sentence's speaker label: "user: Caroline: I went to …".
-_SPEAKER = re.compile(rf"(?:^|(?<=user: )|(?<=assistant: ))({WHO}(?: {WHO}){{0,2}}):\s", re.MULTILINE)
+_SPEAKER = re.compile(rf"(?:^|(?<=user: )|(?<=assistant: ))({_WHO}(?: {_WHO}){{0,2}}):\s", re.MULTILINE)
+# Someone spoken to: "Thanks, Nate", "Hey Mel", ", Joanna!".
+_VOCATIVE = re.compile(
+    rf"\b(?:hi|hey|hello|thanks|thank you|bye|congrats|congratulations|dear|sorry)[,!]?\s{{1,3}}({_WHO})"
+    rf"|,\s{{1,3}}({_WHO})!",
+    re.IGNORECASE,
+)
 
 
 def names(episodes: Iterable[MemoryRecord]) -> set[str]:
@@ -50,7 +56,7 @@ def names(episodes: Iterable[MemoryRecord]) -> set[str]:
     """
     mentions = Counter(e for r in episodes for e in {x.lower() for x in r.entities})
     labelled = Counter(who for r in episodes for who in {w.lower() for w in _SPEAKER.findall(r.text)})
-    spoken_to = {w for r in episodes for w in addressed(r.text)}
+    spoken_to = {w.lower() for r in episodes for found in _VOCATIVE.findall(r.text) for w in found if w}
 
     def who(name: str) -> bool:
         first = name.split()[0]
