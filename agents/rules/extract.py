@@ -27,7 +27,7 @@ _EMPTY_WORDS = frozenset(
     """i me my mine it its this that these those you your we us our they them he she him her to so too yeah yes
     oh wow really just a an the and or but very much lot lots do does did don't not never always usually would
     rather i'd can't stand please all time favorite favourite fav is are was be prefer like love enjoy hate
-    dislike adore want one ones""".split()
+    dislike adore want one ones i'm am eat keep allergic intolerant anything enough more now right today""".split()
 )
 _SPEAKER_LABEL = re.compile(r"^\s*[A-Z][\w .'-]{0,30}:\s+")
 _WORDS = re.compile(rf"{LETTER}(?:{LETTER}|'){{0,63}}")

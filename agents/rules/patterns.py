@@ -181,11 +181,20 @@ _EVENT = (
     r"(?! (?!(?:liked|loved|enjoyed|wanted|preferred|hated|disliked)\b)(?:\w{1,20}[^\We]ed|agreed|got|said|knew"
     r"|thought|saw|heard|made|did|had|went|told|gave|sent|bought|paid|took|came|meant|signed up)\b)"
 )
+_DIET = (
+    r"i(?:'m| am) (?:(?:severely|very|mildly|quite|a bit|also|now) )?(?:allergic to|intolerant to|lactose intolerant"
+    r"|gluten intolerant)|i(?:'m| am) (?:(?:strictly|now|also) )?(?:an? )?(?:vegetarian|vegan|pescatarian|coeliac|celiac"
+    r"|diabetic)|i (?:can't|cannot|don't|do not) eat|i (?:keep|eat) (?:kosher|halal)"
+)
 PREFERENCE_CUES = re.compile(
     r"\b(?:i (?:really |really don't |don't |do not |absolutely |)(?:prefer|like|love|enjoy|hate|dislike|can't stand|adore)"
     rf"|i (?:don't|do not|never) want|i(?: would|'d) rather|i always{_EVENT}|i never{_EVENT}|i usually"
     r"|my (?:all[- ]time )?fav(?:ou?rite)?"
-    r"|please (?:always|never|don't|do not))\b",
+    r"|please (?:always|never|don't|do not)"
+    # What a user cannot or will not eat: an allergy or a diet is what an assistant must never forget.
+    rf"|{_DIET})\b",
     re.IGNORECASE,
 )
-NEGATIVE_CUES = re.compile(r"\b(?:hate|dislike|can't stand|don't|do not|never)\b", re.IGNORECASE)
+NEGATIVE_CUES = re.compile(
+    r"\b(?:hate|dislike|can't stand|don't|do not|never|allergic|intolerant|can't eat|cannot eat)\b", re.IGNORECASE
+)

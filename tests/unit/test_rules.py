@@ -67,6 +67,12 @@ def test_no_fact_where_none_is_stated(text: str) -> None:
         "I always fly window seat.",
         "I never eat pork.",
         "I never liked olives.",
+        # What the user cannot or will not eat.
+        "I'm allergic to peanuts.",
+        "I'm lactose intolerant, so no milk please.",
+        "I am vegetarian.",
+        "I can't eat gluten.",
+        "I keep kosher.",
         "I never need sugar in my tea.",
         "My favorite band is Muse.",
         "I love 東京.",
@@ -94,6 +100,9 @@ def test_preference_hits(text: str) -> None:
         "I never asked for paper bills.",
         "I never got the refund email.",
         "I always thought tofu was bland.",
+        "I'm not allergic to anything.",
+        "My son is allergic to eggs.",
+        "I can't eat that much.",
     ],
 )
 def test_preference_misses(text: str) -> None:
@@ -103,6 +112,9 @@ def test_preference_misses(text: str) -> None:
 def test_negative_preference_is_marked() -> None:
     (found,) = extract_preferences("I can't stand loud music.")
     assert found.category == "dislike"
+    (allergy,) = extract_preferences("I'm severely allergic to shellfish.")
+    assert allergy.category == "dislike"
+    assert allergy.importance > extract_preferences("I love jazz")[0].importance
 
 
 def test_well_under_10ms_per_turn() -> None:
