@@ -88,7 +88,7 @@ NUMBER_WORDS = frozenset(
 LIGHT_WORDS = frozenset(
     """take took taken taking make made making want wanted wants need needed needs still back please start starts
     started come came give gave put say said tell told see saw look let keep try tried use used find found seem feel
-    felt maybe already actually probably next done new day days week weeks month months""".split()
+    felt maybe already actually probably next either neither done new day days week weeks month months""".split()
 )
 # A sentence with fewer content words scores in proportion (a greeting, a thank-you).
 FULL_SENTENCE_WORDS = 3
