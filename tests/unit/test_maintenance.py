@@ -127,6 +127,13 @@ def test_prune_needs_both_low_importance_and_a_month_unaccessed() -> None:
     assert pruned.status is MemoryStatus.PRUNED
 
 
+def test_what_the_user_told_about_themself_is_never_pruned_for_disuse() -> None:
+    for kind in (MemoryType.FACT, MemoryType.PREFERENCE):
+        faded = record("m", importance=0.0, type_=kind, age=timedelta(days=3650))
+        assert prune(faded, NOW, RULES) is None
+        assert decay(record("m", type_=kind), NOW, RULES) is not None  # it still ranks lower with time
+
+
 def test_age_is_measured_in_the_data_s_own_timeline_not_from_ingestion() -> None:
     # Observed a year before the pass, ingested (created, updated) after it: a replay of old conversations.
     replayed = record("m", ingested=NOW + timedelta(days=30))

@@ -2,6 +2,12 @@
 
 Age is measured from when the memory was last seen in its own timeline
 (`last_seen`), never from when this process ingested it.
+
+What the user told about themself (facts and preferences: a name, a city,
+an allergy) is never pruned for disuse. It stays true until a new value
+supersedes it or the user deletes it: a user back after two months away
+must not find the assistant has forgotten that they are allergic to
+peanuts. It still decays, so what was said long ago ranks a little lower.
 """
 
 from __future__ import annotations
@@ -9,7 +15,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from agents.maintenance.rules.config import Rules
-from schemas import MemoryRecord, MemoryStatus
+from schemas import MemoryRecord, MemoryStatus, MemoryType
+
+# Kept until superseded or deleted, however long unseen.
+NEVER_PRUNED = frozenset({MemoryType.FACT, MemoryType.PREFERENCE})
 
 
 def last_seen(record: MemoryRecord) -> datetime:
@@ -33,6 +42,8 @@ def decay(record: MemoryRecord, now: datetime, rules: Rules) -> MemoryRecord | N
 def prune(record: MemoryRecord, now: datetime, rules: Rules) -> MemoryRecord | None:
     """The record marked pruned, or None when it is still worth keeping."""
     if record.status is not MemoryStatus.ACTIVE or record.importance >= rules.prune_below:
+        return None
+    if record.type in NEVER_PRUNED:
         return None
     if now - last_seen(record) < rules.prune_after:
         return None
