@@ -28,6 +28,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 
+from agents import episode_text
 from agents.corpus import sentence_key
 from agents.rules.extract import self_names, sentences
 from agents.summarizer.salience import NEUTRAL, Salience
@@ -153,9 +154,8 @@ def summarize(turns: list[TurnEvent], max_sentences: int, salience: Salience = N
     topics = topic_words(weight, names, salience, by_user, people(turns))
     started, ended = min(t.ts for t in turns), max(t.ts for t in turns)
     questions = [s for t in turns if t.role is Role.USER for s in sentences(t.content) if s.endswith("?")]
-    header = f"Conversation on {started.date().isoformat()} about {', '.join(topics[:3]) or 'small talk'}."
     return Episode(
-        text=" ".join([header, *chosen]),
+        text=" ".join([episode_text.header(started.date(), topics), *chosen]),
         topics=topics,
         entities=names,
         open_questions=questions[-3:],

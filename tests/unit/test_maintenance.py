@@ -428,6 +428,22 @@ def test_a_theme_the_user_keeps_coming_back_to_grows_one_pattern() -> None:
     assert all(by_id[e.id].compressed for e in later)
 
 
+def test_a_pattern_quotes_its_typical_episode_without_the_episode_header() -> None:
+    """The pattern's own first sentence names the theme and the dates; the episode's header said them again."""
+    episodes, vectors = similar_episodes(5)
+    dated = [
+        e.model_copy(
+            update={"text": f"Conversation on 2026-05-0{i + 1} about marathon, training. user: Ran {i + 5} km."}
+        )
+        for i, e in enumerate(episodes)
+    ]
+    effects, _ = plan_user(dated, vectors, set(), NOW, RULES)
+    [pattern] = [e.record for e in effects if e.record.type is MemoryType.PATTERN]
+    typically = pattern.text.split("Typically: ", 1)[1]
+    assert typically.startswith("user: Ran ")
+    assert "Conversation on" not in pattern.text
+
+
 def test_two_patterns_stay_two_when_an_episode_could_join_either() -> None:
     """An existing pattern takes new members; it never swallows another pattern."""
 
