@@ -201,8 +201,9 @@ class Settings(BaseSettings):
     min_importance: float = 0.3
     # Seconds between maintenance passes (decay, prune, patterns, topics, questions) over every user.
     maintenance_interval: float = 6 * 3600.0
-    # Importance a memory loses per maintenance pass once unseen for decay_after_days (never below 0).
-    decay_rate: float = 0.05
+    # Days over which an unseen memory's importance halves, counted past decay_after_days (per day, not per
+    # pass: the pass interval does not change how fast memory fades).
+    decay_half_life_days: float = Field(180.0, gt=0)
     # Days a memory must go unseen (neither observed nor recalled) before passes decay it.
     decay_after_days: float = 7.0
     # A memory whose importance (after decay) is below this and unseen for prune_after_days is pruned.

@@ -19,7 +19,7 @@ from tests.stack import ROOT, Stack, embedded_stack, produce, session_end, turn,
 
 pytestmark = pytest.mark.e2e
 TENANT = "acme"
-DECAY_RATE = 0.05  # the default
+HALF_LIFE_DAYS, GRACE_DAYS = 180.0, 7.0  # the defaults
 # One theme: every two episode summaries have cosine ≥ 0.82 (MiniLM), so complete-link clustering at 0.8
 # takes all six; episodes are never merged by the consolidator, however alike.
 SESSION_TALK = [
@@ -71,13 +71,14 @@ def snapshot(stack: Stack, user: str) -> dict[str, tuple[Any, ...]]:
     }
 
 
-def fade(importance: float, passes: int) -> tuple[float, str]:
-    """Importance and status after `passes` passes over a memory never accessed: the decay and prune rules."""
-    for _ in range(passes):
-        importance = max(0.0, round(importance - DECAY_RATE, 6))
-        if importance < 0.1:
-            return importance, "pruned"
-    return importance, "active"
+def fade(memory: dict[str, Any], now: datetime, since: datetime | None = None) -> tuple[float, str]:
+    """Importance and status as of `now` of a memory never accessed: it halves every 180 days past the 7-day
+    grace after it was observed (or past `since`, when its importance was last current), and a memory under
+    0.1 is pruned if it is an exchange or a question (no other type is)."""
+    start = since or datetime.fromisoformat(memory["observed_at"]) + timedelta(days=GRACE_DAYS)
+    importance = memory["importance"] * 0.5 ** ((now - start) / timedelta(days=HALF_LIFE_DAYS))
+    kept = importance >= 0.1 or memory["type"] not in ("exchange", "question")
+    return importance, "active" if kept else "pruned"
 
 
 def synthesis(memory: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +122,7 @@ async def test_maintenance_decays_prunes_compresses_and_synthesizes_once(stack: 
     after = {m["id"]: m for m in stack.memories(TENANT, user)}
     for rid, old in before.items():
         assert after[rid]["version"] == old["version"] + 1, (old, after[rid])
-        assert after[rid]["importance"] == pytest.approx(fade(old["importance"], 1)[0], abs=1e-4)
+        assert (after[rid]["importance"], after[rid]["status"]) == pytest.approx(fade(old, later), abs=1e-4)
     [pattern] = stack.memories(TENANT, user, type="pattern")
     episodes = {e["id"]: e for e in stack.memories(TENANT, user, type="episode", status="active")}
     members = set(synthesis(pattern)["memory_ids"])
@@ -163,20 +164,23 @@ async def test_maintenance_decays_prunes_compresses_and_synthesizes_once(stack: 
     plain = stack.recall(TENANT, user, "marathon training long run", top_k=50, record_access=False)
     assert not [m for m in plain["memories"] if m["id"] in members]
 
-    # Six more passes, 6 h apart: everything from a year ago fades by 0.05 a pass and is pruned
-    # once under 0.1. The pattern and semantic memories are as old as their latest episode in the
-    # conversation's timeline (not as young as their creation), so they fade from the next pass on.
-    for k in range(1, 7):
-        maintain(stack, user, later + timedelta(hours=6 * k))
+    # Six more passes, 6 h apart, and one 60 days on: everything from a year ago goes on fading by time
+    # unseen, not by passes. The pattern and semantic memories were written at the first pass, so they fade
+    # from then (their importance was current when written).
+    last = later + timedelta(days=60)
+    for when in [*(later + timedelta(hours=6 * k) for k in range(1, 7)), last]:
+        maintain(stack, user, when)
     final = {m["id"]: m for m in stack.memories(TENANT, user)}
     for rid, old in before.items():
-        importance, status = fade(old["importance"], 7)
-        assert final[rid]["status"] == status, (old, final[rid])
-        assert final[rid]["importance"] == pytest.approx(importance, abs=1e-4)
-    assert stack.memories(TENANT, user, status="pruned"), "0.3-0.4 memories fall under the floor"
-    for rid in (pattern["id"], semantic["id"]):
-        assert (final[rid]["status"], final[rid]["version"]) == ("active", first[rid][1] + 6)
-        assert final[rid]["importance"] == pytest.approx(fade(first[rid][2], 6)[0], abs=1e-4)
+        if after[rid]["status"] == "active":
+            assert (final[rid]["importance"], final[rid]["status"]) == pytest.approx(fade(old, last), abs=1e-4)
+    pruned = stack.memories(TENANT, user, status="pruned")
+    assert pruned, "exchanges (0.3) fall under the floor"
+    assert {m["type"] for m in pruned} == {"exchange"}
+    for m in (pattern, semantic):
+        written = {**m, "importance": first[m["id"]][2]}
+        assert final[m["id"]]["status"] == "active"
+        assert final[m["id"]]["importance"] == pytest.approx(fade(written, last, since=later)[0], abs=1e-4)
 
     # Recall after the passes: its access marks are writes of their own.
     recalled = wait_for(indexed, 60, "pattern and semantic memories in the index", interval=0.5)

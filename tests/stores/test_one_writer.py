@@ -26,7 +26,7 @@ NOW = datetime(2026, 6, 1, tzinfo=UTC)
 ROUNDS, NOTES = 20, 12
 # Every memory not seen for a day is pruned; no patterns or topics (exchanges only).
 RULES = Rules(
-    decay_rate=0.05,
+    decay_half_life=timedelta(days=180),
     decay_after=timedelta(days=1),
     prune_below=1.01,
     prune_after=timedelta(days=1),

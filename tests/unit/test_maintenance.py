@@ -33,7 +33,7 @@ from services.stores.postgres.maintenance import IdleSession
 
 NOW = datetime(2027, 1, 1, tzinfo=UTC)
 RULES = Rules(
-    decay_rate=0.05,
+    decay_half_life=timedelta(days=180),
     decay_after=timedelta(days=7),
     prune_below=0.1,
     prune_after=timedelta(days=30),
@@ -96,52 +96,79 @@ def applied(records: list[MemoryRecord], effects: list[Effect]) -> list[MemoryRe
     return [r for r in rows.values() if r.status is MemoryStatus.ACTIVE]
 
 
-@given(st.floats(0, 1), st.floats(0, 1))
-def test_decay_never_goes_below_zero_and_applies_once_per_pass(importance: float, rate: float) -> None:
-    rules = Rules(rate, RULES.decay_after, 0.1, RULES.prune_after, 5, RULES.semantic_window)
-    decayed = decay(record("m", importance=importance), NOW, rules)
+HALF_LIFE = RULES.decay_half_life
+
+
+@given(st.floats(0, 1), st.floats(1, 1000))
+def test_decay_halves_importance_per_half_life_unseen_and_applies_once_per_pass(importance: float, days: float) -> None:
+    rules = Rules(timedelta(days=days), RULES.decay_after, 0.1, RULES.prune_after, 5, RULES.semantic_window)
+    m = record("m", importance=importance, age=RULES.decay_after + timedelta(days=days))
+    decayed = decay(m, NOW, rules)
     if decayed is not None:
-        assert 0.0 <= decayed.importance < importance
-        assert decayed.importance == max(0.0, round(importance - rate, 6))
+        assert decayed.importance == round(importance / 2, 6)  # exactly one half-life past the grace
         assert decay(decayed, NOW, rules) is None  # same pass moment: nothing more
-        # A later pass decays again unless there is nothing (left) to take.
-        follow = decay(decayed, NOW + timedelta(hours=6), rules)
-        assert (
-            follow is not None or decayed.importance == 0.0 or round(decayed.importance - rate, 6) >= decayed.importance
-        )
+    else:
+        assert round(importance / 2, 6) >= importance  # nothing (left) to take
+
+
+@given(st.floats(0.01, 1), st.lists(st.integers(1, 30 * 24), min_size=1, max_size=12))
+def test_how_often_passes_run_does_not_change_how_fast_memory_fades(importance: float, gaps: list[int]) -> None:
+    """Passes every 6 hours or once a month: after the same time unseen, the same importance."""
+    m = record("m", importance=importance, age=RULES.decay_after)
+    now = NOW
+    for hours in gaps:
+        now += timedelta(hours=hours)
+        m = decay(m, now, RULES) or m
+    once = decay(record("m", importance=importance, age=RULES.decay_after), now, RULES)
+    assert once is not None
+    assert m.importance == pytest.approx(once.importance, abs=1e-5 * len(gaps))
 
 
 def test_decay_spares_recently_accessed_or_young_memories() -> None:
     assert decay(record("m", accessed=NOW - timedelta(days=3)), NOW, RULES) is None
     assert decay(record("m", age=timedelta(days=2)), NOW, RULES) is None
-    old = decay(record("m", accessed=NOW - timedelta(days=8)), NOW, RULES)
+    old = decay(record("m", accessed=NOW - RULES.decay_after - HALF_LIFE), NOW, RULES)
     assert old is not None
-    assert old.importance == 0.45
+    assert old.importance == 0.25
+
+
+def test_a_year_unseen_fades_a_memory_to_a_fifth_not_to_nothing() -> None:
+    """What a pass every 6 hours at 0.05 a pass did in two days (0.5 to under 0.1, then pruned) takes years."""
+    faded = decay(record("m", importance=0.5, type_=MemoryType.EXCHANGE), NOW, RULES)  # observed a year ago
+    assert faded is not None
+    assert faded.importance == pytest.approx(0.5 * 0.5 ** (358 / 180), abs=1e-6)
+    assert prune(faded, NOW, RULES) is None
+    assert 0.12 < faded.importance < 0.13
 
 
 def test_prune_needs_both_low_importance_and_a_month_unaccessed() -> None:
-    assert prune(record("m", importance=0.09, accessed=NOW - timedelta(days=29)), NOW, RULES) is None
-    assert prune(record("m", importance=0.1), NOW, RULES) is None
-    pruned = prune(record("m", importance=0.09), NOW, RULES)
+    exchange = MemoryType.EXCHANGE
+    assert prune(record("m", importance=0.09, type_=exchange, accessed=NOW - timedelta(days=29)), NOW, RULES) is None
+    assert prune(record("m", importance=0.1, type_=exchange), NOW, RULES) is None
+    pruned = prune(record("m", importance=0.09, type_=MemoryType.EXCHANGE), NOW, RULES)
     assert pruned is not None
     assert pruned.status is MemoryStatus.PRUNED
 
 
-def test_what_the_user_told_about_themself_is_never_pruned_for_disuse() -> None:
-    for kind in (MemoryType.FACT, MemoryType.PREFERENCE):
+def test_only_exchanges_and_questions_are_pruned_for_disuse() -> None:
+    """What the user told about themself, and their history's episodes, patterns and topics, stay."""
+    for kind in (MemoryType.EXCHANGE, MemoryType.QUESTION):
+        assert prune(record("m", importance=0.05, type_=kind), NOW, RULES) is not None
+    for kind in (MemoryType.FACT, MemoryType.PREFERENCE, MemoryType.EPISODE, MemoryType.PATTERN, MemoryType.SEMANTIC):
         faded = record("m", importance=0.0, type_=kind, age=timedelta(days=3650))
         assert prune(faded, NOW, RULES) is None
         assert decay(record("m", type_=kind), NOW, RULES) is not None  # it still ranks lower with time
 
 
 def test_age_is_measured_in_the_data_s_own_timeline_not_from_ingestion() -> None:
-    # Observed a year before the pass, ingested (created, updated) after it: a replay of old conversations.
+    # Observed a year before the pass, ingested (created, updated) after it: a replay evaluated in its past.
     replayed = record("m", ingested=NOW + timedelta(days=30))
     assert last_seen(replayed) == NOW - timedelta(days=365)
     decayed = decay(replayed, NOW, RULES)
     assert decayed is not None
-    assert decayed.importance == 0.45
-    assert prune(record("m", importance=0.05, ingested=NOW + timedelta(days=30)), NOW, RULES) is not None
+    assert decayed.importance == round(0.5 * 0.5 ** (358 / 180), 6)
+    replayed_exchange = record("m", importance=0.05, type_=MemoryType.EXCHANGE, ingested=NOW + timedelta(days=30))
+    assert prune(replayed_exchange, NOW, RULES) is not None
     # A recall since the observation is a sighting: the later of the two counts.
     seen = record("m", accessed=NOW - timedelta(days=2))
     assert last_seen(seen) == NOW - timedelta(days=2)
@@ -149,6 +176,25 @@ def test_age_is_measured_in_the_data_s_own_timeline_not_from_ingestion() -> None
     assert last_seen(record("m", age=timedelta(days=3), accessed=NOW - timedelta(days=9))) == NOW - timedelta(days=3)
     # As of a moment before the observation, a memory is not old at all.
     assert decay(record("m", age=timedelta(days=-10)), NOW, RULES) is None
+
+
+def test_history_imported_today_starts_at_its_full_importance() -> None:
+    """Two years of chats imported yesterday: faded only for the day memstream has had them, then pruned
+    only when a year and more without a recall has taken them under the floor."""
+    imported = record(
+        "m", importance=0.5, type_=MemoryType.EXCHANGE, age=timedelta(days=730), ingested=NOW - timedelta(days=1)
+    )
+    decayed = decay(imported, NOW, RULES)
+    assert decayed is not None
+    assert decayed.importance == round(0.5 * 0.5 ** (1 / 180), 6)
+    assert prune(decayed, NOW, RULES) is None
+    later = decay(decayed, NOW + timedelta(days=360), RULES)
+    assert later is not None
+    assert later.importance == pytest.approx(0.5 * 0.5 ** (361 / 180), abs=1e-5)
+    assert prune(later, NOW + timedelta(days=360), RULES) is None  # 0.125: still above the floor
+    gone = decay(later, NOW + timedelta(days=420), RULES)
+    assert gone is not None
+    assert prune(gone, NOW + timedelta(days=420), RULES) is not None
 
 
 def test_clusters_do_not_chain_and_leave_outliers_alone() -> None:

@@ -20,7 +20,7 @@ TOPIC_OVERLAP = 0.5
 
 @dataclass(frozen=True)
 class Rules:
-    decay_rate: float
+    decay_half_life: timedelta
     decay_after: timedelta
     prune_below: float
     prune_after: timedelta
@@ -37,7 +37,7 @@ class Rules:
     @classmethod
     def from_settings(cls, s: Settings) -> Rules:
         return cls(
-            decay_rate=s.decay_rate,
+            decay_half_life=timedelta(days=s.decay_half_life_days),
             decay_after=timedelta(days=s.decay_after_days),
             prune_below=s.prune_below,
             prune_after=timedelta(days=s.prune_after_days),

@@ -7,15 +7,16 @@ that is what makes a pass idempotent and a re-run after a crash harmless.
 Time is the data's own: a memory's age is measured from when it was last seen
 in its timeline, `last_seen` = the later of `observed_at` and
 `last_accessed_at`, never from `created_at` (when this process happened to
-ingest it). So a replay or rebuild of old conversations ages exactly as the
-live run did, and a pass `--now` in the data's past or future means what it says.
+ingest it), and a pass `--now` in the data's past or future means what it says.
+Decay alone starts no earlier than the memory's last write (`decay`).
 
 Rules of a pass, in this order, over the user's active memories (each in the
 module named in brackets):
 
-1. decay (`decay`): a memory not seen for `decay_after` loses `decay_rate` importance,
-   never below 0, once per pass moment (a memory already written by the pass
-   at this `now`, `updated_at == now`, is left alone);
+1. decay (`decay`): a memory not seen for `decay_after` loses importance by time, not by
+   passes: it halves every `decay_half_life` (180 days) unseen, counted from the later of
+   the grace's end and the memory's last write (so history imported today starts whole);
+   a memory already written by the pass at this `now` is left alone;
 2. prune (`decay`): importance (after decay) below `prune_below` and not seen for
    `prune_after` → status `pruned`, op `deleted`, the reason in the change;
 3. patterns (`patterns`): average-link agglomerative clusters of the active, uncompressed
