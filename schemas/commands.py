@@ -132,7 +132,11 @@ class ManualMemory(BaseModel):
 
     type: MemoryType = Field(description="What kind of memory: a keyed `fact`, a `preference`, an `episode`, ...")
     text: MemoryText = Field(description="The memory as recall shows it")
-    category: Label | None = Field(default=None, description="A keyed fact's category (e.g. `location`)")
+    category: Label | None = Field(
+        default=None,
+        description="A keyed fact's category (e.g. `location`); a preference's `constraint` (an allergy, a diet) "
+        "or `instruction` (how to answer) pins it in every recall",
+    )
     key_name: Label | None = Field(default=None, description="A keyed fact's key (e.g. `city`). Needs `category`")
     value: MemoryText | None = Field(default=None, description="A keyed fact's value (e.g. `Berlin`). Needs `key_name`")
     importance: float = Field(default=0.8, ge=0.0, le=1.0, description="0 to 1; recall ranks by it")

@@ -15,6 +15,11 @@ SCHEMA_VERSION: Literal[1] = 1
 # Preceding turns an exchange keeps as its context (backward only: a later turn never changes it).
 CONTEXT_TURNS = 2
 
+# Preference categories that hold whatever the user asks: what they cannot eat, how they want answers.
+# Recall pins them in every answer, where other preferences must be close to the query.
+CONSTRAINT, INSTRUCTION = "constraint", "instruction"
+STANDING_CATEGORIES = (CONSTRAINT, INSTRUCTION)
+
 # Memory ids are UUIDs (deterministic uuid5 in our stages): Qdrant accepts
 # nothing else as a point id, so a bad one must fail validation, not indexing.
 # A Postgres `integer` column: what the store holds is what the contract admits.

@@ -15,6 +15,7 @@ import numpy as np
 
 from agents.rules.patterns import PREFERENCE_CUES
 from schemas import MemoryCandidate, MemoryType
+from schemas.memory import STANDING_CATEGORIES
 
 NOVELTY_WEIGHT = 0.6
 SALIENCE_WEIGHT = 0.4
@@ -25,6 +26,8 @@ RARE_SALIENCE = 0.1
 # Without a corpus frequency list, a long word or a mixed-case / alphanumeric
 # token ("iPhone", "GPT4", "mRNA") is the cheap stand-in for a rare term.
 RARE_WORD_LENGTH = 10
+# The least importance of a standing preference (a diet, an instruction: schemas.memory.STANDING_CATEGORIES).
+STANDING_IMPORTANCE = 0.9
 
 # Types always stored whatever their importance: what the user said about
 # themselves is the profile, and a low score there is a scoring error.
@@ -101,7 +104,11 @@ def salience(candidate: MemoryCandidate) -> float:
 
 
 def importance(candidate: MemoryCandidate, vector: Sequence[float], centroid: Centroid | None) -> float:
-    return round(min(1.0, NOVELTY_WEIGHT * novelty(vector, centroid) + SALIENCE_WEIGHT * salience(candidate)), 4)
+    score = min(1.0, NOVELTY_WEIGHT * novelty(vector, centroid) + SALIENCE_WEIGHT * salience(candidate))
+    if candidate.type is MemoryType.PREFERENCE and candidate.category in STANDING_CATEGORIES:
+        # A second allergy reads like the first (low novelty) and matters as much.
+        score = max(score, STANDING_IMPORTANCE)
+    return round(score, 4)
 
 
 def kept(type_: MemoryType, score: float, min_importance: float, scope: frozenset[MemoryType]) -> bool:

@@ -16,7 +16,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from agents.rules.patterns import FACT_RULES, NEGATIVE_CUES, PREFERENCE_CUES
+from agents.rules.patterns import FACT_RULES, NEGATIVE_CUES, PREFERENCE_CUES, STANDING_CUES
 from schemas import MemoryType
 from services.core import metrics
 from services.core.textutil import LETTER, normalize
@@ -164,9 +164,15 @@ def extract_preferences(text: str, deadline: Deadline | None = None) -> list[Ext
             text=f"User preference: {clause}",
             importance=0.75 if negative else 0.7,
             confidence=0.8,
-            category="dislike" if negative else "like",
+            category=_category(clause, negative),
         )
     return list(out.values())
+
+
+def _category(clause: str, negative: bool) -> str:
+    """A standing category (a diet, an instruction), else like or dislike."""
+    standing = (name for name, cue in STANDING_CUES.items() if cue.search(clause))
+    return next(standing, "dislike" if negative else "like")
 
 
 def extract(text: str, budget: float | None = BUDGET_SECONDS) -> list[Extraction]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from schemas.memory import CONSTRAINT, INSTRUCTION
 from services.core.textutil import UPPER
 
 # A value's word: at most 41 characters, and a longer run is no word at all (not cut to a prefix).
@@ -186,15 +187,30 @@ _DIET = (
     r"|gluten intolerant)|i(?:'m| am) (?:(?:strictly|now|also) )?(?:an? )?(?:vegetarian|vegan|pescatarian|coeliac|celiac"
     r"|diabetic)|i (?:can't|cannot|don't|do not) eat|i (?:keep|eat) (?:kosher|halal)"
 )
+# Verbs of answering: "Never give up!" and "Always be yourself" are advice, not instructions.
+_ANSWERING = (
+    r"(?:use|call|reply|answer|respond|write|address|format|mention|suggest|recommend|remind|send|include|speak)\b"
+)
+# How the user wants to be answered from now on: "Please never use emojis.", "Always reply in French.", "From
+# now on, keep answers short." Not "Don't add comments" alone: that is said of one task.
+_INSTRUCTION = (
+    rf"please (?:always|never|don't|do not)|^(?:always|never) {_ANSWERING}"
+    rf"|from now on,? (?:please )?(?:(?:always|never|don't|do not) )?(?:{_ANSWERING}|(?:keep|be|give|add|stop)\b)"
+)
 PREFERENCE_CUES = re.compile(
     r"\b(?:i (?:really |really don't |don't |do not |absolutely |)(?:prefer|like|love|enjoy|hate|dislike|can't stand|adore)"
     rf"|i (?:don't|do not|never) want|i(?: would|'d) rather|i always{_EVENT}|i never{_EVENT}|i usually"
     r"|my (?:all[- ]time )?fav(?:ou?rite)?"
-    r"|please (?:always|never|don't|do not)"
+    rf"|{_INSTRUCTION}"
     # What a user cannot or will not eat: an allergy or a diet is what an assistant must never forget.
     rf"|{_DIET})\b",
     re.IGNORECASE,
 )
+# Preferences that hold whatever the question: recall pins them in every answer (services/api/recall.py).
+STANDING_CUES = {
+    CONSTRAINT: re.compile(rf"\b(?:{_DIET})\b", re.IGNORECASE),
+    INSTRUCTION: re.compile(rf"\b(?:{_INSTRUCTION})\b", re.IGNORECASE),
+}
 NEGATIVE_CUES = re.compile(
     r"\b(?:hate|dislike|can't stand|don't|do not|never|allergic|intolerant|can't eat|cannot eat)\b", re.IGNORECASE
 )

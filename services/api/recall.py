@@ -102,17 +102,22 @@ def _wanted(compressed: bool, req: RecallRequest) -> bool:
     return req.include_compressed or not compressed
 
 
-def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest) -> list[Candidate]:
+def _profile(scored: list[tuple[MemoryRecord, float]], req: RecallRequest, min_similarity: float) -> list[Candidate]:
     """The profile section: facts, then preferences, each by closeness to the query.
 
-    Only memories close to the query get here; the rest of the profile still
-    competes through the index like any other memory, so a user with many
-    stated likes does not have them fill every answer.
+    Only memories close to the query get here, and the standing preferences
+    (a diet, an instruction: schemas.memory.STANDING_CATEGORIES) however far
+    from it, at most half of `top_k` of those (at least one), the newest
+    first. The rest of the profile competes through the index like any other
+    memory, so a user with many stated likes does not have them fill every
+    answer; "suggest a snack" still sees the peanut allergy.
     """
     wanted = set(req.types or PROFILE_TYPES)
     chosen = [(r, sim) for r, sim in scored if r.type in wanted and _wanted(r.compressed, req)]
-    chosen.sort(key=lambda pair: (pair[0].type is not MemoryType.FACT, -pair[1]))
-    return [_from_record(r, sim) for r, sim in chosen]
+    close = [(r, sim) for r, sim in chosen if sim >= min_similarity]
+    standing = [(r, sim) for r, sim in chosen if sim < min_similarity][: max(1, req.top_k // 2)]
+    close.sort(key=lambda pair: (pair[0].type is not MemoryType.FACT, -pair[1]))
+    return [_from_record(r, sim) for r, sim in close + standing]
 
 
 async def working(rt: Runtime, tenant_id: str, user_id: str, session_id: str) -> WorkingWindow | None:
@@ -173,7 +178,7 @@ async def _recall(rt: Runtime, req: RecallRequest, weights: Weights, marks: Acce
         questions_limit=OPEN_QUESTIONS if _asks_questions(req) else 0,
         session_id=req.session_id,
     )
-    profile = _profile(reads.profile, req)
+    profile = _profile(reads.profile, req, rt.settings.profile_min_similarity)
     candidates = with_profile(profile, fused_candidates(legs, reads.hits, fusion_weights(rt.settings), req, pool))
     chosen, used, prompt = _packed(candidates, req, now, weights)
     window = _window(req.session_id, reads.window) if req.session_id else None
@@ -237,7 +242,7 @@ async def _recall_as_of(
         if m.similarity is not None and m.similarity >= min_similarity and m.record.type in PROFILE_TYPES
     ]
     close.sort(key=lambda pair: -pair[1])
-    profile = _profile(close[: max(3, req.top_k // 3)], req)
+    profile = _profile(close[: max(3, req.top_k // 3)], req, min_similarity)
     live = {i: LiveHit.of(r) for i, r in records.items()}
     hits = fused_candidates(_past_legs(found, context), live, fusion_weights(rt.settings), req, pool)
     candidates = with_profile(profile, hits)

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import MemoryCandidate, MemoryRecord, MemoryType, Provenance, Role, TurnEvent
+from schemas.memory import STANDING_CATEGORIES
 from services.core.textutil import normalize, stable_id
 from services.llm.client import Fallback, LlmClient, Ok, Outcome
 
@@ -40,7 +41,9 @@ Rules:
 - Atomic: one fact or preference per item, written as a short third-person sentence ("User lives in Berlin").
 - kind "fact" for profile facts (give category, key and value, e.g. location/city/Berlin,
   identity/name/Ana, work/occupation/nurse); kind "preference" for likes,
-  dislikes and how the user wants things done.
+  dislikes and how the user wants things done. A preference that holds whatever the user asks gets a
+  category: "constraint" for what they cannot or will not eat or use (an allergy, a diet), "instruction"
+  for how they want every answer (language, length, tone, format).
 - source_turn is the [number] of the user turn the item comes from.
 - summary: the rolling summary of the session so far, updated with this slice, at most 5 sentences.
 - Nothing worth remembering: an empty "facts" list."""
@@ -104,7 +107,7 @@ def fact_candidates(turns: Sequence[TurnEvent], answer: FactsAnswer) -> list[Mem
             user_id=turn.user_id,
             type=kind,
             text=fact.text.strip(),
-            category=fact.category if keyed else None,
+            category=fact.category if keyed or fact.category in STANDING_CATEGORIES else None,
             key_name=fact.key.lower() if keyed and fact.key else None,
             value=fact.value if keyed else None,
             importance=fact.importance,

@@ -54,6 +54,32 @@ async def test_a_stated_preference_is_recalled(stack: Stack) -> None:
     assert result["prompt"].endswith("</memory>")
 
 
+async def test_an_allergy_and_an_instruction_are_in_every_answer(stack: Stack) -> None:
+    """Standing preferences hold whatever is asked: "suggest a snack" is far from "allergic to peanuts"."""
+    user = new_user()
+    said = [
+        "I'm allergic to peanuts.",
+        "We repainted the kitchen blue last weekend.",
+        "Please never use emojis in your replies.",
+        "My sister is visiting from Lisbon in June.",
+    ]
+    await produce(stack.bootstrap, [turn(TENANT, user, "s1", i, text) for i, text in enumerate(said)])
+    wait_for(lambda: len(stack.memories(TENANT, user, type="preference")) == 2 or None, 60, "two preferences")
+    preferences = {m["text"]: m for m in stack.memories(TENANT, user, type="preference")}
+    assert {m["category"] for m in preferences.values()} == {"constraint", "instruction"}
+    assert all(m["importance"] >= 0.9 for m in preferences.values())
+
+    result = stack.recall(TENANT, user, "suggest a snack for movie night", top_k=4, record_access=False)
+    assert set(texts(result, "preference")) == set(preferences)
+    assert "[PREFERENCE] User preference: I'm allergic to peanuts." in result["prompt"]
+    # At most half of top_k: the newest standing preference.
+    one = stack.recall(TENANT, user, "what colour is the kitchen?", top_k=2, record_access=False)
+    assert texts(one, "preference") == ["User preference: Please never use emojis in your replies."]
+    # A types filter still rules.
+    only = stack.recall(TENANT, user, "suggest a snack", types=["exchange"], record_access=False)
+    assert texts(only, "preference") == []
+
+
 async def test_what_was_said_is_recalled_even_when_no_rule_matched(stack: Stack) -> None:
     user = new_user()
     said = "We went hiking near the glacier lake yesterday and it rained all afternoon."

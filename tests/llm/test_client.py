@@ -266,6 +266,21 @@ async def test_extracted_facts_are_the_users_own_and_share_the_rule_paths_ids(fa
     assert candidates[0].candidate_id == rule_fact.candidate_id  # one fact, whichever path found it
 
 
+async def test_an_extracted_standing_preference_keeps_its_category(fake: FakeOpenAI) -> None:
+    """An allergy or an instruction is pinned in every recall by its category; other categories are dropped."""
+    turns = [turn_event(0, "I'm allergic to shellfish. Please answer in Spanish. I like jazz.")]
+    facts = [
+        {"kind": "preference", "text": "User is allergic to shellfish", "category": "constraint", "source_turn": 0},
+        {"kind": "preference", "text": "User wants answers in Spanish", "category": "instruction", "source_turn": 0},
+        {"kind": "preference", "text": "User likes jazz", "category": "music", "source_turn": 0},
+    ]
+    fake.queue(answer({"facts": facts}))
+    outcome = await extract_facts(client(fake), turns)
+    assert isinstance(outcome, Ok)
+    assert '"constraint"' in fake.requests[0]["messages"][0]["content"]
+    assert [c.category for c in fact_candidates(turns, outcome.value)] == ["constraint", "instruction", None]
+
+
 async def test_extracted_fact_pointing_outside_the_slice_is_invalid(fake: FakeOpenAI) -> None:
     bad = answer({"facts": [{"kind": "preference", "text": "User likes tea", "source_turn": 7}]})
     fake.queue(bad, bad)

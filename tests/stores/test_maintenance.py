@@ -34,7 +34,9 @@ from tests.store_reads import open_questions
 from tests.unit.test_questions import question_record
 
 NOW = datetime(2027, 1, 1, tzinfo=UTC)
-RULES = Rules(0.05, timedelta(days=7), 0.1, timedelta(days=30), 5, timedelta(days=90))
+RULES = Rules(timedelta(days=180), timedelta(days=7), 0.1, timedelta(days=30), 5, timedelta(days=90))
+# What a pass as of NOW leaves of a memory observed 40 days before and written then: 33 days past the grace.
+FADE_40_DAYS = 0.5 ** (33 / 180)
 
 
 def episode(
@@ -103,7 +105,7 @@ async def seed(pool: PgPool, records: Sequence[tuple[MemoryRecord, list[float]]]
 
 
 async def test_a_pass_writes_versions_and_changes_and_a_rerun_writes_nothing(pool: PgPool) -> None:
-    stale = episode(9, importance=0.12, type_=MemoryType.EXCHANGE)
+    stale = episode(9, importance=0.105, type_=MemoryType.EXCHANGE)  # 0.092 after the pass
     other_user = episode(0, user="v")
     await seed(
         pool, [*((episode(i), near_axis(i)) for i in range(5)), (stale, near_axis(200)), (other_user, near_axis(0))]
@@ -119,7 +121,7 @@ async def test_a_pass_writes_versions_and_changes_and_a_rerun_writes_nothing(poo
     reads = MemoryReader(pool)
     [pattern] = await reads.list_memories("t", "u", type_=MemoryType.PATTERN, status=None, limit=10, offset=0)
     episodes = await reads.list_memories("t", "u", type_=MemoryType.EPISODE, status=None, limit=10, offset=0)
-    assert all(e.compressed and e.version == 2 and e.importance == pytest.approx(0.45) for e in episodes)
+    assert all(e.compressed and e.version == 2 and e.importance == pytest.approx(0.5 * FADE_40_DAYS) for e in episodes)
     [pruned] = await reads.list_memories("t", "u", type_=None, status=MemoryStatus.PRUNED, limit=10, offset=0)
     assert pruned.id == stale.id
     # The other user was out of scope.
@@ -142,16 +144,16 @@ async def test_a_pass_writes_versions_and_changes_and_a_rerun_writes_nothing(poo
 
 
 async def test_a_replayed_history_ages_by_when_it_happened_not_when_it_was_ingested(pool: PgPool) -> None:
-    # Ingested today, observed 40 days before NOW: a pass as of NOW (in the wall-clock past) still tends it.
-    today = datetime.now(UTC)
-    await seed(pool, [(episode(i, ingested=today), near_axis(i)) for i in range(5)])
+    # Observed 40 days before NOW, ingested after it: a pass as of NOW (in the replay's past) still tends it.
+    replayed = NOW + timedelta(days=30)
+    await seed(pool, [(episode(i, ingested=replayed), near_axis(i)) for i in range(5)])
     outbox = Outbox(pool)
     sent = Sent(outbox, keys_of(pool))
     counts = await run_pass(pool, outbox, RULES, NOW, sent, keys=keys_of(pool))
     assert (counts["decayed"], counts["patterns"], counts["compressed"], counts["semantic"]) == (5, 1, 5, 1)
     reads = MemoryReader(pool)
     episodes = await reads.list_memories("t", "u", type_=MemoryType.EPISODE, status=None, limit=10, offset=0)
-    assert all(e.importance == pytest.approx(0.45) and e.updated_at == NOW for e in episodes)
+    assert all(e.importance == pytest.approx(0.5 * FADE_40_DAYS) and e.updated_at == NOW for e in episodes)
     # The pattern's provenance, as stored, keeps the members' per-turn metadata.
     [pattern] = await reads.list_memories("t", "u", type_=MemoryType.PATTERN, status=None, limit=10, offset=0)
     assert {m["dia_id"] for m in pattern.source.metadata if "dia_id" in m} == {f"D{i}:1" for i in range(5)}
@@ -243,7 +245,7 @@ async def test_changes_stay_in_the_outbox_when_publishing_fails(pool: PgPool) ->
     assert b"marathon" not in left.value  # sealed in the transaction, before it ever reaches the broker
     [change], _ = await open_changes(keys_of(pool), [left.value])
     assert isinstance(change, MemoryChange)
-    assert change.record.importance == pytest.approx(0.25)
+    assert change.record.importance == pytest.approx(0.3 * FADE_40_DAYS)
 
 
 async def test_idle_sessions_are_open_ones_whose_last_turn_is_old(pool: PgPool) -> None:

@@ -180,6 +180,32 @@ async def test_writes_and_reads_of_memories_are_scoped_and_complete(pool: PgPool
     ]
 
 
+async def test_standing_preferences_join_the_profile_however_far_from_the_query(pool: PgPool) -> None:
+    """An allergy or an instruction holds whatever is asked; a like must be close to the query."""
+    writer, reader = MemoryWriter(), MemoryReader(pool)
+    user = "standing"
+    far, close = [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]
+
+    def pref(text: str, category: str, days: int, who: str = user) -> MemoryRecord:
+        return memory(text, user=who, type_=MemoryType.PREFERENCE, category=category, at=NOW + timedelta(days=days))
+
+    instructions = [pref(f"User preference: Always reply in style {i}.", "instruction", i) for i in range(6)]
+    allergy = pref("User preference: I'm allergic to peanuts.", "constraint", 10)
+    hiking = pref("User preference: I love hiking.", "like", 11)
+    theirs = pref("User preference: I'm vegan.", "constraint", 12, who="someone-else")
+    city = memory("User lives in Oslo", user=user, type_=MemoryType.FACT, category="location", key_name="city")
+    async with pool.transaction("t") as conn:
+        for r in [*instructions, allergy, hiking, theirs]:
+            await writer.upsert(conn, r, far)
+        await writer.upsert(conn, city, close)
+    profile = await reader.active_profile("t", user, close, 0.5, limit=3)
+    texts = [r.text for r, _ in profile]
+    # The close fact first, then the five newest standing preferences; never the far like, never another user's.
+    assert texts == ["User lives in Oslo", allergy.text, *[r.text for r in instructions[:1:-1]]]
+    reads = await reader.recall_reads("t", user, hit_ids=[], query=close, min_similarity=0.5, profile_limit=3)
+    assert [r.text for r, _ in reads.profile] == texts
+
+
 async def test_bad_data_is_rejected_not_retried(pool: PgPool) -> None:
     windows = WindowStore(pool)
     # Bypass the contract on purpose: these are what the store must classify if one ever slips through.

@@ -72,6 +72,18 @@ def test_importance_weights_novelty_and_salience() -> None:
     assert importance(candidate("I love jazz"), [1.0, 0.0], seen) == pytest.approx(0.16)
 
 
+def test_a_standing_preference_is_important_however_like_the_last_it_reads() -> None:
+    seen = Centroid(np.array([1.0, 0.0]), 1)
+    gluten = candidate("User preference: I can't eat gluten.", MemoryType.PREFERENCE)
+    assert importance(gluten, [1.0, 0.0], seen) == pytest.approx(0.16)  # no novelty: only its salience
+    standing = gluten.model_copy(update={"category": "constraint"})
+    assert importance(standing, [1.0, 0.0], seen) == pytest.approx(0.9)
+    instruction = gluten.model_copy(update={"category": "instruction"})
+    assert importance(instruction, [0.0, 1.0], None) == pytest.approx(0.9)  # 0.76 new: the floor still lifts it
+    named = instruction.model_copy(update={"text": "Always call me Dr. Okafor, since 2019.", "entities": ["Okafor"]})
+    assert importance(named, [0.0, 1.0], None) == pytest.approx(0.96)  # above the floor: its own score
+
+
 def test_facts_and_preferences_are_kept_whatever_their_importance() -> None:
     assert kept(MemoryType.FACT, 0.0, 0.3, THRESHOLD_SCOPE)
     assert kept(MemoryType.PREFERENCE, 0.0, 0.3, THRESHOLD_SCOPE)

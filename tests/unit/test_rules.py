@@ -103,6 +103,9 @@ def test_preference_hits(text: str) -> None:
         "I'm not allergic to anything.",
         "My son is allergic to eggs.",
         "I can't eat that much.",
+        # Advice between friends, not how to answer.
+        "Never give up!",
+        "Always be yourself.",
     ],
 )
 def test_preference_misses(text: str) -> None:
@@ -113,8 +116,41 @@ def test_negative_preference_is_marked() -> None:
     (found,) = extract_preferences("I can't stand loud music.")
     assert found.category == "dislike"
     (allergy,) = extract_preferences("I'm severely allergic to shellfish.")
-    assert allergy.category == "dislike"
+    assert allergy.category == "constraint"
     assert allergy.importance > extract_preferences("I love jazz")[0].importance
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        ("I'm allergic to peanuts and my partner is vegetarian.", "constraint"),
+        ("I can't eat gluten either, turns out.", "constraint"),
+        ("I'm vegan.", "constraint"),
+        ("Please never use emojis.", "instruction"),
+        ("Please don't call me buddy.", "instruction"),
+        ("Always reply in French, thanks.", "instruction"),
+        ("From now on, keep answers short.", "instruction"),
+        ("From now on please call me Sam.", "instruction"),
+        ("I love jazz.", "like"),
+        ("I never eat pork.", "dislike"),
+    ],
+)
+def test_standing_preferences_are_told_apart(text: str, category: str) -> None:
+    """A diet or an instruction holds whatever the user asks: recall pins it (schemas.memory.STANDING_CATEGORIES)."""
+    (found,) = extract_preferences(text)
+    assert found.category == category
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Never mind, always use the first one.",  # an answer about this task
+        "I'll be working remotely from now on.",  # news, not how to answer
+        "Don't add comments to this function.",  # said of one task
+    ],
+)
+def test_instructions_for_one_task_are_not_standing(text: str) -> None:
+    assert [p.category for p in extract_preferences(text)] in ([], ["like"], ["dislike"])
 
 
 def test_well_under_10ms_per_turn() -> None:

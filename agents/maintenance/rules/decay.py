@@ -29,6 +29,7 @@ type still decays, so what was said long ago ranks lower.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from agents.maintenance.rules.config import Rules
@@ -46,7 +47,8 @@ def last_seen(record: MemoryRecord) -> datetime:
 
 def faded(importance: float, unseen: timedelta, half_life: timedelta) -> float:
     """`importance` after `unseen` of decay at `half_life` (rounded as stored)."""
-    return round(importance * 0.5 ** (max(unseen, timedelta(0)) / half_life), 6)
+    halvings: float = max(unseen, timedelta(0)) / half_life
+    return round(importance * math.pow(0.5, halvings), 6)
 
 
 def decay(record: MemoryRecord, now: datetime, rules: Rules) -> MemoryRecord | None:

@@ -11,6 +11,7 @@ import numpy as np
 from psycopg.rows import args_row
 
 from schemas import MemoryRecord, MemoryStatus, MemoryType
+from schemas.memory import STANDING_CATEGORIES
 from services.stores.fusion import session_in
 from services.stores.postgres.pool import Conn, PgPool
 from services.stores.postgres.records import RECORD_COLUMNS as _RECORD_COLUMNS
@@ -34,13 +35,21 @@ ANY_WORD = "replace(plainto_tsquery('english', %(text)s)::text, ' & ', ' | ')::t
 
 # The reads of a recall (docs/usage/recall.md); each is scoped by tenant and user, each is one statement so
 # `recall_reads` can send them together. Profile: keyed facts and preferences close to the query, scored
-# by pgvector over one user's profile (a few hundred rows at most).
-_PROFILE_SQL = f"""SELECT * FROM (
+# by pgvector over one user's profile (a few hundred rows at most), then the standing preferences (a diet,
+# an instruction: schemas.memory.STANDING_CATEGORIES) however far from it, the newest first.
+_PROFILE_SQL = f"""WITH scored AS (
         SELECT {_RECORD_COLUMNS}, 1 - (embedding <=> %(q)s) AS similarity FROM memories
         WHERE tenant_id = %(t)s AND user_id = %(u)s AND status = 'active'
           AND type IN ('fact', 'preference') AND embedding IS NOT NULL
           AND vector_dims(embedding) = vector_dims(%(q)s::vector)
-    ) scored WHERE similarity >= %(min)s ORDER BY similarity DESC LIMIT %(k)s"""
+    )
+    (SELECT * FROM scored WHERE similarity >= %(min)s ORDER BY similarity DESC LIMIT %(k)s)
+    UNION ALL
+    (SELECT * FROM scored WHERE similarity < %(min)s AND type = 'preference' AND category = ANY(%(standing)s)
+     ORDER BY observed_at DESC, id LIMIT %(standing_k)s)"""
+# At most this many standing preferences in one answer: the newest.
+STANDING_LIMIT = 5
+_STANDING = {"standing": list(STANDING_CATEGORIES), "standing_k": STANDING_LIMIT}
 # Those of some ids (the index's hits) that are the user's and active now.
 _ACTIVE_OF_IDS = "FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s AND id = ANY(%(ids)s) AND status = 'active'"
 OPEN_QUESTIONS_SQL = f"""SELECT {_RECORD_COLUMNS} FROM memories
@@ -175,7 +184,7 @@ class MemoryReader:
         """
         async with self._pool.connection("active_profile") as conn:
             params = {"t": tenant_id, "u": user_id, "q": np.asarray(query, dtype=np.float32)}
-            return _profile(await _rows(conn, _PROFILE_SQL, {**params, "min": min_similarity, "k": limit}))
+            return _profile(await _rows(conn, _PROFILE_SQL, {**params, **_STANDING, "min": min_similarity, "k": limit}))
 
     async def recall_reads(
         self,
@@ -207,7 +216,7 @@ class MemoryReader:
                     )
                 vec = np.asarray(query, dtype=np.float32)
                 profile = await conn.execute(
-                    _PROFILE_SQL, {**params, "q": vec, "min": min_similarity, "k": profile_limit}
+                    _PROFILE_SQL, {**params, **_STANDING, "q": vec, "min": min_similarity, "k": profile_limit}
                 )
                 questions = (
                     await conn.execute(OPEN_QUESTIONS_SQL, {**params, "k": questions_limit})
