@@ -521,6 +521,39 @@ def unresolved(
     return found
 
 
+# The longest sentence that leads a question into its memory.
+MAX_LEAD_WORDS = 30
+
+
+def with_lead(said: Sequence[str], at: int) -> str:
+    """The question `said[at]` with the user's sentence before it, when that one says what it is about.
+
+    "What's the best library?" alone does not say for what; "Next I want to
+    add rate limiting to /login. What's the best library?" does, to a reader
+    and to a later answer or query (its related terms). A greeting, a thanks
+    (fewer than two content words), another question or a long paste lead
+    nothing in.
+    """
+    question = said[at]
+    lead = said[at - 1] if at > 0 else ""
+    if not lead or lead.endswith("?") or len(content_words(lead)) < 2 or len(lead.split()) > MAX_LEAD_WORDS:
+        return question
+    return f"{lead} {question}"
+
+
+def _led(found: Sequence[tuple[TurnEvent, str]]) -> list[tuple[TurnEvent, str]]:
+    """Each question with its lead-in (`with_lead`); each turn split once, so a turn of many questions stays linear."""
+    split: dict[str, tuple[list[str], dict[str, int]]] = {}
+    out = []
+    for turn, question in found:
+        if turn.event_id not in split:
+            said = sentences(turn.content)
+            split[turn.event_id] = (said, {s: k for k, s in reversed(list(enumerate(said)))})
+        said, first = split[turn.event_id]
+        out.append((turn, with_lead(said, first[question]) if question in first else question))
+    return out
+
+
 def question_candidates(chunk: EvictedChunk, padding: Callable[[str], bool] = _never) -> list[MemoryCandidate]:
     """The chunk's open questions as memories; `padding` names the assistant sentences that say nothing (_Said)."""
     return [
@@ -538,7 +571,7 @@ def question_candidates(chunk: EvictedChunk, padding: Callable[[str], bool] = _n
             extractor=EXTRACTOR,
             question=Question(related=related_terms(text)),
         )
-        for turn, text in unresolved(chunk.turns, session_ended=chunk.reason == "session_end", padding=padding)
+        for turn, text in _led(unresolved(chunk.turns, session_ended=chunk.reason == "session_end", padding=padding))
     ]
 
 

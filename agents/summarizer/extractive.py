@@ -61,6 +61,34 @@ _EMPHASIS = re.compile(
 )
 
 
+# A fenced code block's opening or closing line (CommonMark: three or more backticks or tildes).
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+
+
+def prose(text: str) -> str:
+    """The text without its fenced code blocks: a coding assistant's `@app.route('/login')` is no sentence a
+    person would write down, and its identifiers are no topic. An unclosed fence runs to the end, as markdown
+    renders it. Line by line, so a turn of a thousand fences stays linear."""
+    kept: list[str] = []
+    fence = ""
+    for line in text.split("\n"):
+        mark = _FENCE.match(line)
+        if fence:
+            if (
+                mark is not None
+                and mark[1][0] == fence[0]
+                and len(mark[1]) >= len(fence)
+                and not line[mark.end() :].strip()
+            ):
+                fence = ""
+            continue
+        if mark is not None:
+            fence = mark[1]
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
 def _plain(sentence: str) -> str:
     """A sentence as a memory reads it: the markdown marks gone ("> **Note:** Book ahead." -> "Note: Book ahead.")."""
     text = _LINE_MARKS.sub("", sentence.strip())
@@ -89,7 +117,8 @@ NUMBER_WORDS = frozenset(
 LIGHT_WORDS = frozenset(
     """take took taken taking make made making want wanted wants need needed needs still back please start starts
     started come came give gave put say said tell told see saw look let keep try tried use used find found seem feel
-    felt maybe already actually probably next either neither done new day days week weeks month months""".split()
+    felt maybe already actually probably next either neither done new day days week weeks month months best better
+    good write""".split()
 )
 # A sentence with fewer content words scores in proportion (a greeting, a thank-you).
 FULL_SENTENCE_WORDS = 3
@@ -110,7 +139,11 @@ def spread_weight(turns_with_word: int, turns: int) -> float:
 
 
 def summarize(turns: list[TurnEvent], max_sentences: int, salience: Salience = NEUTRAL) -> Episode | None:
-    """None when the chunk has nothing worth remembering (greetings, empty turns)."""
+    """None when the chunk has nothing worth remembering (greetings, empty turns, code alone)."""
+    turns = [
+        t if "`" not in t.content and "~" not in t.content else t.model_copy(update={"content": prose(t.content)})
+        for t in turns
+    ]
     frequency: dict[str, float] = {}
     spread: dict[str, int] = {}
     by_user: set[str] = set()

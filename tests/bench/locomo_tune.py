@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from schemas import MemoryRecord, MemoryType
+from schemas.memory import STANDING_CATEGORIES
 from services.api.models import RecallRequest
 from services.api.ranking import Candidate, Weights, pack, rank
 from services.api.recall import _packed, _profile, fused_candidates, fusion_weights, with_profile
@@ -58,7 +59,7 @@ from services.embedding import MiniLmEmbedder
 from services.stores.fusion import RecallFusion, fuse_legs, session_in
 from services.stores.index_feed import indexed
 from services.stores.postgres import PgPool
-from services.stores.postgres.memory_reads import LiveHit
+from services.stores.postgres.memory_reads import STANDING_LIMIT, LiveHit
 from services.stores.postgres.records import RECORD_COLUMNS, record_from_row, vector_floats
 from services.stores.qdrant_edge_index import EdgeIndex
 from services.stores.vector import Bm25Encoder, Legs, Scope, Sparse
@@ -140,7 +141,8 @@ def _load(rows_file: Path) -> tuple[dict[str, str], list[tuple[MemoryRecord, lis
 def _profiles(
     questions: list[Question], rows: list[tuple[MemoryRecord, list[float], list[float] | None]], min_sim: float
 ) -> None:
-    """MemoryReader.active_profile, in numpy: facts and preferences at or above `min_sim`, best first."""
+    """MemoryReader.active_profile, in numpy: facts and preferences at or above `min_sim`, best first, then the
+    standing preferences below it, newest first."""
     limit = max(3, TOP_K // 3)
     for q in questions:
         mine = [
@@ -150,10 +152,17 @@ def _profiles(
             q.profile = []
             continue
         sims = np.asarray([v for _, v in mine]) @ np.asarray(q.dense)
-        scored = sorted(
-            ((r, float(s)) for (r, _), s in zip(mine, sims, strict=True) if s >= min_sim), key=lambda p: -p[1]
+        scored = [(r, float(s)) for (r, _), s in zip(mine, sims, strict=True)]
+        close = sorted(((r, s) for r, s in scored if s >= min_sim), key=lambda p: -p[1])[:limit]
+        standing = sorted(
+            (
+                (r, s)
+                for r, s in scored
+                if s < min_sim and r.type is MemoryType.PREFERENCE and r.category in STANDING_CATEGORIES
+            ),
+            key=lambda p: (-p[0].observed_at.timestamp(), p[0].id),
         )
-        q.profile = scored[:limit]
+        q.profile = close + standing[:STANDING_LIMIT]
 
 
 @asynccontextmanager
@@ -226,7 +235,8 @@ def evaluate(
         )
         # The dev set is replayed and asked without access marks: no memory has been accessed.
         legs = second[(q.sample_id, q.qa_index)] if second else q.legs
-        candidates = with_profile(_profile(q.profile, req), fused_candidates(legs, live, fusion, req, pool))
+        profile = _profile(q.profile, req, settings.profile_min_similarity)
+        candidates = with_profile(profile, fused_candidates(legs, live, fusion, req, pool))
         if spread > 0:
             ranked = spread_sessions(rank(candidates, req.query, now[q.sample_id], weights), spread, TOP_K)
             chosen, _ = pack(ranked, TOP_K, BUDGET)

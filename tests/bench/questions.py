@@ -97,8 +97,8 @@ def load(path: Path = DATA, split: str | None = None) -> list[Case]:
 
 
 def detected(chunk: EvictedChunk) -> set[str]:
-    """The texts the detector records as open questions for one chunk."""
-    return {c.text for c in question_candidates(chunk)}
+    """The questions the detector records as open for one chunk (its last sentence: a memory may lead in)."""
+    return {sentences(c.text)[-1] for c in question_candidates(chunk)}
 
 
 def evaluate(cases: Iterable[Case], detect: Callable[[EvictedChunk], set[str]] = detected) -> Score:

@@ -29,6 +29,26 @@ def test_a_question_the_assistant_could_not_answer_is_open() -> None:
     assert found.source.event_ids == [ASKED.event_id]
 
 
+def test_a_question_keeps_the_sentence_that_says_what_it_is_about() -> None:
+    """ "What's the best library?" alone does not say for what; a later "I went with flask-limiter for the rate
+    limiting" answers it through the lead-in's terms."""
+    asked = turn_event(
+        0, "The JWT login works now. Next I want to add rate limiting to /login. What's the best library?"
+    )
+    put_off = turn_event(1, "I'm not sure which fits best; let's come back to that once you know your traffic.")
+    (found,) = question_candidates(chunk([asked, put_off]))
+    assert found.text == "Next I want to add rate limiting to /login. What's the best library?"
+    assert found.question is not None
+    assert {"rate", "limiting", "library"} <= set(found.question.related)
+    later = statement("I went with flask-limiter for the rate limiting on login.")
+    record = question_record().model_copy(update={"text": found.text, "question": found.question})
+    assert answers(record, later)
+    # A greeting or a thanks leads nothing in; nor does another question.
+    for lead in ("Thanks, that worked!", "Hi there.", "Is it free?"):
+        (plain,) = question_candidates(chunk([turn_event(0, f"{lead} {ASKED.content}"), UNSURE]))
+        assert plain.text == ASKED.content, lead
+
+
 def test_an_answered_question_or_a_statement_is_not_open() -> None:
     assert unresolved([ASKED, ANSWERED], session_ended=True) == []
     assert unresolved([turn_event(0, "I booked the Japan trip.")], session_ended=True) == []

@@ -2,7 +2,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from agents.summarizer.candidates import episode_candidate
-from agents.summarizer.extractive import MIN_SPREAD_WEIGHT, Episode, spread_weight, summarize
+from agents.summarizer.extractive import MIN_SPREAD_WEIGHT, Episode, prose, spread_weight, summarize
 from schemas import EvictedChunk, Role, TurnEvent
 from services.core.terms import entities
 from tests.factories import turn_event
@@ -164,3 +164,34 @@ def test_markdown_marks_at_the_content_limit_stay_linear() -> None:
         summarize(turns(text, text.replace("*", "`")), 3)
         entities(text)
         assert time.process_time() - started < 1.0, unit
+
+
+def test_code_blocks_are_no_sentences_and_no_topics() -> None:
+    """A coding assistant's episode says what was asked and advised, not the first line of its code."""
+    fence = "`" * 3
+    chunk = turns(
+        "My Flask login route returns 500 after I added JWT tokens.",
+        f"Here's how to debug it:\n\n{fence}python\n@app.route('/login', methods=['POST'])\ndef login():\n"
+        f"    token = create_access_token(identity=data['user'])\n    return jsonify(token=token)\n{fence}\n\n"
+        "**Check** that `JWT_SECRET_KEY` is set; a missing secret key raises an error.",
+    )
+    episode = summary(chunk, max_sentences=3)
+    assert "@app.route" not in episode.text
+    assert "def login" not in episode.text
+    assert "Check that JWT_SECRET_KEY is set" in episode.text
+    assert not {"jsonify", "create_access_token", "identity", "def"} & set(episode.topics)
+    # A reply of code alone leaves the user's words.
+    only_code = summary(
+        turns("Write a pytest test for the login route.", f"{fence}\ndef test_login(client):\n    pass\n{fence}")
+    )
+    assert "assistant:" not in only_code.text
+
+
+def test_prose_drops_fenced_blocks_line_by_line() -> None:
+    assert prose("a\n```py\nx = 1\n```\nb") == "a\nb"
+    assert prose("a\n````\nx\n```\nstill code\n````\nb") == "a\nb"  # a shorter fence does not close it
+    assert prose("a\n~~~\nx") == "a"  # unclosed: code to the end
+    assert prose("inline ``` is not a fence") == "inline ``` is not a fence"
+    started = time.perf_counter()
+    prose("```\n" * 20_000)
+    assert time.perf_counter() - started < 1.0
