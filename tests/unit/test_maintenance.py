@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.maintenance.idle import idle_session_end
-from agents.maintenance.rules.common import mean_vector
+from agents.maintenance.rules.common import SNIPPET_CHARS, mean_vector
 from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.decay import decay, last_seen, prune
 from agents.maintenance.rules.patterns import clusters, common_theme, link_threshold
@@ -474,20 +474,28 @@ def test_a_theme_the_user_keeps_coming_back_to_grows_one_pattern() -> None:
     assert all(by_id[e.id].compressed for e in later)
 
 
-def test_a_pattern_quotes_its_typical_episode_without_the_episode_header() -> None:
-    """The pattern's own first sentence names the theme and the dates; the episode's header said them again."""
+def test_patterns_and_topics_quote_an_episode_without_its_header_and_between_words() -> None:
+    """Their own first sentence names the theme and the dates; the episode's header said them again."""
     episodes, vectors = similar_episodes(5)
+    long_run = "user: Ran " + "very " * 60 + "far."
     dated = [
         e.model_copy(
-            update={"text": f"Conversation on 2026-05-0{i + 1} about marathon, training. user: Ran {i + 5} km."}
+            update={
+                "text": f"Conversation on 2026-05-0{i + 1} about marathon, training. {long_run if i == 4 else f'user: Ran {i + 5} km.'}"
+            }
         )
         for i, e in enumerate(episodes)
     ]
     effects, _ = plan_user(dated, vectors, set(), NOW, RULES)
     [pattern] = [e.record for e in effects if e.record.type is MemoryType.PATTERN]
-    typically = pattern.text.split("Typically: ", 1)[1]
-    assert typically.startswith("user: Ran ")
+    [topic] = [e.record for e in effects if e.record.type is MemoryType.SEMANTIC]
+    assert pattern.text.split("Typically: ", 1)[1].startswith("user: Ran ")
     assert "Conversation on" not in pattern.text
+    recently = topic.text.split("Most recently: ", 1)[1]
+    assert "Conversation on" not in topic.text
+    assert recently.startswith("user: Ran very very")
+    assert recently.endswith("very …")  # cut between words, at most SNIPPET_CHARS
+    assert len(recently) <= SNIPPET_CHARS + 2
 
 
 def test_two_patterns_stay_two_when_an_episode_could_join_either() -> None:

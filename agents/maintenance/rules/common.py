@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import numpy as np
 
+from agents import episode_text
 from schemas import MemoryRecord
 from services.core.textutil import content_words
 
@@ -55,3 +56,13 @@ def span(members: Sequence[MemoryRecord]) -> str:
 def days(span: timedelta) -> str:
     days = span / timedelta(days=1)
     return f"{days:g} days"
+
+
+def snippet(record: MemoryRecord) -> str:
+    """An episode quoted in a pattern or topic: without its header (the quoting sentence names the theme and the
+    dates), at most SNIPPET_CHARS, cut between words."""
+    text = episode_text.body(record.text)
+    if len(text) <= SNIPPET_CHARS:
+        return text
+    cut = text.rfind(" ", 0, SNIPPET_CHARS)
+    return text[: cut if cut > 0 else SNIPPET_CHARS].rstrip(" ,;:") + " …"

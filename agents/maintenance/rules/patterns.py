@@ -21,12 +21,11 @@ from itertools import combinations
 
 import numpy as np
 
-from agents import episode_text
 from agents.maintenance.rules.common import (
     SIMILARITY_DECIMALS,
-    SNIPPET_CHARS,
     mean_vector,
     similarities,
+    snippet,
     span,
     terms_of,
 )
@@ -139,7 +138,7 @@ def pattern_text(theme: Sequence[str], members: Sequence[MemoryRecord], example:
     about = ", ".join(theme) or "similar conversations"
     return (
         f"Recurring theme across {len(members)} episodes in {sessions} sessions ({span(members)}): {about}. "
-        f"Typically: {episode_text.body(example.text)[:SNIPPET_CHARS]}"
+        f"Typically: {snippet(example)}"
     )
 
 

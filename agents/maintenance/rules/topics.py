@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from agents.maintenance.rules.common import SNIPPET_CHARS, mean_vector, ordered_terms, span, terms_of
+from agents.maintenance.rules.common import mean_vector, ordered_terms, snippet, span, terms_of
 from agents.maintenance.rules.config import Rules
 from agents.maintenance.rules.state import Plan, active_episodes
 from agents.maintenance.rules.synthesized import covered, synthesized
@@ -149,7 +149,7 @@ def semantic_text(terms: Sequence[str], members: Sequence[MemoryRecord]) -> str:
     latest = max(members, key=lambda r: (r.observed_at, r.id))
     return (
         f"Recurring topic: {', '.join(terms)}. Discussed in {sessions_of(members)} sessions ({span(members)}). "
-        f"Most recently: {latest.text[:SNIPPET_CHARS]}"
+        f"Most recently: {snippet(latest)}"
     )
 
 
