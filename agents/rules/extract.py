@@ -29,6 +29,12 @@ _EMPTY_WORDS = frozenset(
     rather i'd can't stand please all time favorite favourite fav is are was be prefer like love enjoy hate
     dislike adore want one ones i'm am eat keep allergic intolerant anything enough more now right today""".split()
 )
+# Where a sentence joins two things the user says of themself: "I live in Berlin and I'm vegetarian" is a city
+# and a diet, and the diet alone is the preference (pinned in every recall, it must not repeat the old city).
+# One space on each side: a run of spaces tried from every position would be quadratic.
+_JOINED = re.compile(r",?\s(?:and|but|while|whereas)\s(?=(?:i|i'm|i've|i'd|my)\b)", re.IGNORECASE)
+# A preference taken back or past: "Please forget that I like jazz", "I used to love techno".
+_NOT_NOW = re.compile(r"\b(?:forget (?:that |what |about )?i|i used to)\b", re.IGNORECASE)
 _SPEAKER_LABEL = re.compile(r"^\s*[A-Z][\w .'-]{0,30}:\s+")
 _WORDS = re.compile(rf"{LETTER}(?:{LETTER}|'){{0,63}}")
 # A run-on "sentence" (a paste with no full stops) is read in clauses of at most this many characters.
@@ -149,11 +155,13 @@ def self_names(text: str) -> list[str]:
 def extract_preferences(text: str, deadline: Deadline | None = None) -> list[Extraction]:
     """Clauses that state a preference, each once, at most MAX_PREFERENCES, until `deadline`."""
     out: dict[str, Extraction] = {}
-    for clause in clauses(text):
+    for clause in (part.strip() for whole in clauses(text) for part in _JOINED.split(whole)):
         if deadline is not None and deadline.over():
             break
         key = normalize(clause)
         if key in out or clause.endswith("?") or not PREFERENCE_CUES.search(clause) or not _has_object(clause):
+            continue
+        if _NOT_NOW.search(clause):
             continue
         if len(out) == MAX_PREFERENCES:
             metrics.RULES_STOPPED.labels(reason="hits").inc()

@@ -56,7 +56,8 @@ FACT_RULES: tuple[FactRule, ...] = (
     _rule(
         "identity",
         "name",
-        rf"\b(?:my name is|my name's|call me|i am called|i'm called){_S}",
+        # "Actually my name is spelled Jon, not John": a correction supersedes the name as any new value does.
+        rf"\b(?:my name is|my name's|call me|i am called|i'm called)(?:{_S}(?:spelled|spelt))?{_S}",
         _NAME,
         "User's name is {value}",
         0.9,

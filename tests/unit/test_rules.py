@@ -103,6 +103,9 @@ def test_preference_hits(text: str) -> None:
         "I'm not allergic to anything.",
         "My son is allergic to eggs.",
         "I can't eat that much.",
+        # Taken back, or past.
+        "Please forget that I like jazz, I'm over it.",
+        "I used to love techno.",
         # Advice between friends, not how to answer.
         "Never give up!",
         "Always be yourself.",
@@ -118,6 +121,22 @@ def test_negative_preference_is_marked() -> None:
     (allergy,) = extract_preferences("I'm severely allergic to shellfish.")
     assert allergy.category == "constraint"
     assert allergy.importance > extract_preferences("I love jazz")[0].importance
+
+
+def test_a_sentence_joining_two_things_keeps_each_apart() -> None:
+    """ "I live in Berlin and I'm vegetarian": the diet alone is the preference, so the city it repeats cannot
+    outlive a move in every recall."""
+    assert [(p.category, p.text) for p in extract_preferences("I live in Berlin and I'm vegetarian.")] == [
+        ("constraint", "User preference: I'm vegetarian.")
+    ]
+    assert [p.category for p in extract_preferences("I love jazz but I hate techno.")] == ["like", "dislike"]
+    assert [p.text for p in extract_preferences("I love rock and roll.")] == ["User preference: I love rock and roll."]
+
+
+def test_a_spelling_correction_is_a_new_name() -> None:
+    assert [(f.key_name, f.value) for f in extract_facts("Actually my name is spelled Jon, not John.")] == [
+        ("name", "Jon")
+    ]
 
 
 @pytest.mark.parametrize(
