@@ -19,6 +19,8 @@ CONTEXT_TURNS = 2
 # Recall pins them in every answer, where other preferences must be close to the query.
 CONSTRAINT, INSTRUCTION = "constraint", "instruction"
 STANDING_CATEGORIES = (CONSTRAINT, INSTRUCTION)
+# A preference that takes earlier ones back ("I'm no longer vegetarian"); its `value` names what it takes back.
+RETRACTION = "retraction"
 
 # Memory ids are UUIDs (deterministic uuid5 in our stages): Qdrant accepts
 # nothing else as a point id, so a bad one must fail validation, not indexing.

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from agents.consolidator.importance import cosine
 from agents.provenance import MAX_SOURCES
 from schemas import MemoryCandidate, MemoryRecord, MemoryStatus, MemoryType, Provenance
+from schemas.memory import RETRACTION
 from services.core.textutil import LETTER, UPPER
 
 # Exchanges and episodes are what was said and when: two similar turns are two
@@ -73,6 +74,9 @@ def mergeable(candidate: MemoryCandidate, record: MemoryRecord) -> bool:
     if (candidate.tenant_id, candidate.user_id, candidate.type) != (record.tenant_id, record.user_id, record.type):
         return False
     if candidate.type not in MERGE_TYPES or record.status is not MemoryStatus.ACTIVE:
+        return False
+    if RETRACTION in (candidate.category, record.category):
+        # "I'm no longer vegetarian" reads much like "I'm vegetarian": merged, one would swallow the other.
         return False
     if candidate.type is MemoryType.FACT:
         # Two keyed facts are one memory only under one key; keyed-fact supersession handles a new value.

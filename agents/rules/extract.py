@@ -16,8 +16,9 @@ import re
 import time
 from dataclasses import dataclass
 
-from agents.rules.patterns import FACT_RULES, NEGATIVE_CUES, PREFERENCE_CUES, STANDING_CUES
+from agents.rules.patterns import FACT_RULES, NEGATIVE_CUES, PREFERENCE_CUES, STANDING_CUES, retracted
 from schemas import MemoryType
+from schemas.memory import CONSTRAINT, RETRACTION
 from services.core import metrics
 from services.core.textutil import LETTER, normalize
 
@@ -33,8 +34,6 @@ _EMPTY_WORDS = frozenset(
 # and a diet, and the diet alone is the preference (pinned in every recall, it must not repeat the old city).
 # One space on each side: a run of spaces tried from every position would be quadratic.
 _JOINED = re.compile(r",?\s(?:and|but|while|whereas)\s(?=(?:i|i'm|i've|i'd|my)\b)", re.IGNORECASE)
-# A preference taken back or past: "Please forget that I like jazz", "I used to love techno".
-_NOT_NOW = re.compile(r"\b(?:forget (?:that |what |about )?i|i used to)\b", re.IGNORECASE)
 _SPEAKER_LABEL = re.compile(r"^\s*[A-Z][\w .'-]{0,30}:\s+")
 _WORDS = re.compile(rf"{LETTER}(?:{LETTER}|'){{0,63}}")
 # A run-on "sentence" (a paste with no full stops) is read in clauses of at most this many characters.
@@ -153,26 +152,34 @@ def self_names(text: str) -> list[str]:
 
 
 def extract_preferences(text: str, deadline: Deadline | None = None) -> list[Extraction]:
-    """Clauses that state a preference, each once, at most MAX_PREFERENCES, until `deadline`."""
+    """Clauses that state a preference, or take one back, each once, at most MAX_PREFERENCES, until `deadline`.
+
+    A clause that takes a preference back ("I'm no longer vegetarian", "Please forget that I like jazz", "I used
+    to love techno") is a preference of category RETRACTION whose `value` names what it takes back: the
+    consolidator supersedes the user's earlier preferences that say it. A diet said in the negative ("I don't
+    eat meat anymore") is a constraint, as ever.
+    """
     out: dict[str, Extraction] = {}
     for clause in (part.strip() for whole in clauses(text) for part in _JOINED.split(whole)):
         if deadline is not None and deadline.over():
             break
         key = normalize(clause)
-        if key in out or clause.endswith("?") or not PREFERENCE_CUES.search(clause) or not _has_object(clause):
+        if key in out or clause.endswith("?"):
             continue
-        if _NOT_NOW.search(clause):
+        taken_back = None if STANDING_CUES[CONSTRAINT].search(clause) else retracted(clause)
+        if taken_back is None and (not PREFERENCE_CUES.search(clause) or not _has_object(clause)):
             continue
         if len(out) == MAX_PREFERENCES:
             metrics.RULES_STOPPED.labels(reason="hits").inc()
             break
-        negative = bool(NEGATIVE_CUES.search(clause))
+        negative = taken_back is not None or bool(NEGATIVE_CUES.search(clause))
         out[key] = Extraction(
             type=MemoryType.PREFERENCE,
             text=f"User preference: {clause}",
             importance=0.75 if negative else 0.7,
             confidence=0.8,
-            category=_category(clause, negative),
+            category=RETRACTION if taken_back is not None else _category(clause, negative),
+            value=taken_back,
         )
     return list(out.values())
 

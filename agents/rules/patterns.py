@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from schemas.memory import CONSTRAINT, INSTRUCTION
-from services.core.textutil import UPPER
+from services.core.textutil import UPPER, content_words
 
 # A value's word: at most 41 characters, and a longer run is no word at all (not cut to a prefix).
 _NAME_WORD = rf"{UPPER}[\w'-]{{0,40}}(?![\w'-])"
@@ -207,6 +207,51 @@ PREFERENCE_CUES = re.compile(
     rf"|{_DIET})\b",
     re.IGNORECASE,
 )
+
+
+def _object(group: str) -> str:
+    """One to three words taken back, in the named `group` (a pattern's groups need names of their own)."""
+    return rf"(?P<{group}>[^\W\d_][\w'-]*(?: (?!any ?more\b|now\b)[^\W\d_][\w'-]*){{0,2}})"
+
+
+# What the user takes back: "I'm no longer vegetarian", "I don't eat meat anymore", "Please forget that I like
+# jazz", "I used to love techno". "I'm not sure" takes nothing back: "not" needs "anymore".
+RETRACTION_CUES = re.compile(
+    r"\b(?:"
+    + "|".join(
+        (
+            rf"i(?:'m| am) no longer (?:an? )?{_object('a')}",
+            rf"i(?:'m| am) not (?:an? )?{_object('b')} any ?more",
+            rf"i no longer (?:like|love|enjoy|eat|drink|want|prefer) {_object('c')}",
+            rf"i (?:don't|do not) (?:like|love|enjoy|eat|drink|want) {_object('d')} any ?more",
+            rf"forget (?:that |what |about )?i (?:like|love|enjoy|prefer) {_object('e')}",
+            rf"i used to (?:like|love|enjoy|eat|be) (?:an? )?{_object('f')}",
+        )
+    )
+    + ")",
+    re.IGNORECASE,
+)
+
+
+# Words of a state, not of something liked: "I'm not sure anymore", "I'm no longer interested in football".
+_STATES = frozenset(
+    """sure certain ok okay fine able allowed going happy sad tired busy afraid interested convinced worried
+    bothered keen into fan big huge music food stuff things thing""".split()
+)
+
+
+def taken_back(value: str) -> frozenset[str]:
+    """The words a retraction's object is found by: "interested in football" -> {"football"}."""
+    return frozenset(content_words(value)) - _STATES
+
+
+def retracted(clause: str) -> str | None:
+    """What the clause takes back ("vegetarian", "jazz music"), or None when it names nothing."""
+    match = RETRACTION_CUES.search(clause)
+    value = None if match is None else next(v for v in match.groupdict().values() if v)
+    return value if value is not None and taken_back(value) else None
+
+
 # Preferences that hold whatever the question: recall pins them in every answer (services/api/recall.py).
 STANDING_CUES = {
     CONSTRAINT: re.compile(rf"\b(?:{_DIET})\b", re.IGNORECASE),

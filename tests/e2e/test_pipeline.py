@@ -7,6 +7,7 @@ import signal
 import time
 import uuid
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -78,6 +79,35 @@ async def test_an_allergy_and_an_instruction_are_in_every_answer(stack: Stack) -
     # A types filter still rules.
     only = stack.recall(TENANT, user, "suggest a snack", types=["exchange"], record_access=False)
     assert texts(only, "preference") == []
+
+
+async def test_a_diet_taken_back_is_no_longer_pinned(stack: Stack) -> None:
+    user = new_user()
+    then = datetime.now(UTC) - timedelta(days=10)
+    await produce(
+        stack.bootstrap,
+        [
+            turn(TENANT, user, "s1", 0, "I'm vegetarian and I love jazz.", ts=then),
+            turn(TENANT, user, "s2", 0, "I'm no longer vegetarian, I eat fish now.", ts=then + timedelta(days=5)),
+        ],
+    )
+
+    def taken_back() -> list[dict[str, Any]] | None:
+        old = stack.memories(TENANT, user, type="preference", status="superseded")
+        return old or None
+
+    [old] = wait_for(taken_back, 60, "the diet superseded")
+    assert old["text"] == "User preference: I'm vegetarian"
+    active = {m["text"]: m for m in stack.memories(TENANT, user, type="preference", status="active")}
+    retraction = active["User preference: I'm no longer vegetarian, I eat fish now."]
+    assert (retraction["category"], retraction["value"]) == ("retraction", "vegetarian")
+    assert old["superseded_by"] == retraction["id"]
+    assert "User preference: I love jazz." in active
+    result = stack.recall(TENANT, user, "suggest a dinner recipe", record_access=False)
+    assert "User preference: I'm vegetarian" not in texts(result, "preference")
+    # As of a moment before the retraction, the diet was true.
+    before = stack.recall(TENANT, user, "am I vegetarian?", as_of=(then + timedelta(days=1)).isoformat())
+    assert "User preference: I'm vegetarian" in texts(before, "preference")
 
 
 async def test_what_was_said_is_recalled_even_when_no_rule_matched(stack: Stack) -> None:

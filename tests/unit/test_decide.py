@@ -143,6 +143,18 @@ def test_exchanges_and_episodes_never_merge() -> None:
     assert decide(exchange, Neighbours(similar=old, similarity=0.99), merge_similarity=0.92).action is Action.ADD
 
 
+def test_a_retraction_never_merges_with_what_it_reads_like() -> None:
+    """ "I'm not vegetarian anymore" is close to "I'm vegetarian"; merged, one would swallow the other."""
+    diet = stored_preference("old", "User preference: I'm vegetarian.")
+    taken_back = preference("User preference: I'm not vegetarian anymore.").model_copy(
+        update={"category": "retraction", "value": "vegetarian"}
+    )
+    assert decide(taken_back, Neighbours(similar=diet, similarity=0.97), merge_similarity=0.92).action is Action.ADD
+    stored = diet.model_copy(update={"category": "retraction", "value": "vegetarian"})
+    again = preference("User preference: I'm vegetarian again.")
+    assert decide(again, Neighbours(similar=stored, similarity=0.97), merge_similarity=0.92).action is Action.ADD
+
+
 def test_keyed_facts_merge_only_under_the_same_key() -> None:
     other_key = record("old", "Berlin", ("e1",)).model_copy(
         update={"key_name": "hometown", "text": "User is from Berlin"}

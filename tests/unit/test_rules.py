@@ -103,9 +103,6 @@ def test_preference_hits(text: str) -> None:
         "I'm not allergic to anything.",
         "My son is allergic to eggs.",
         "I can't eat that much.",
-        # Taken back, or past.
-        "Please forget that I like jazz, I'm over it.",
-        "I used to love techno.",
         # Advice between friends, not how to answer.
         "Never give up!",
         "Always be yourself.",
@@ -131,6 +128,29 @@ def test_a_sentence_joining_two_things_keeps_each_apart() -> None:
     ]
     assert [p.category for p in extract_preferences("I love jazz but I hate techno.")] == ["like", "dislike"]
     assert [p.text for p in extract_preferences("I love rock and roll.")] == ["User preference: I love rock and roll."]
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("I'm no longer vegetarian, I eat fish now.", "vegetarian"),
+        ("I'm not vegan any more!", "vegan"),
+        ("Please forget that I like jazz, I'm over it.", "jazz"),
+        ("I used to love techno.", "techno"),
+        ("I no longer like jazz music.", "jazz music"),
+        ("I'm no longer interested in football.", "interested in football"),
+    ],
+)
+def test_a_preference_taken_back_names_what_it_takes_back(text: str, value: str) -> None:
+    (found,) = extract_preferences(text)
+    assert (found.category, found.value) == ("retraction", value)
+
+
+def test_what_is_not_taken_back() -> None:
+    assert extract_preferences("I'm not sure anymore.") == []  # a state, not something liked
+    assert extract_preferences("I'm not vegan.") == []  # "not" alone is no change
+    (diet,) = extract_preferences("I don't eat meat anymore.")
+    assert diet.category == "constraint"  # a diet said in the negative is a diet
 
 
 def test_a_spelling_correction_is_a_new_name() -> None:

@@ -15,6 +15,7 @@ from agents.consolidator.apply.history import cut, history
 from agents.consolidator.apply.merge import merge
 from agents.consolidator.apply.records import context_vector, deleted, new_record, reinforced
 from agents.consolidator.apply.replay import replayed
+from agents.consolidator.apply.retraction import is_retraction, take_back
 from agents.consolidator.decide import Action, Decision, Neighbours, decide
 from agents.consolidator.llm import Verdict
 from agents.consolidator.merge import Similar
@@ -113,7 +114,8 @@ async def apply_candidate(
         await pg.upsert(conn, record, item.vector, context_vector(record, item))
         if ctx is not None:
             ctx.added(item, record)
-        return decision, [change(record, ChangeOp.ADDED, item, now)]
+        retired = await take_back(pg, conn, item, record, now, ctx) if is_retraction(record) else []
+        return decision, [*retired, change(record, ChangeOp.ADDED, item, now)]
     if decision.action is Action.SUPERSEDE and target is not None:
         record = new_record(item, decision.record_id, now)
         old = target.model_copy(

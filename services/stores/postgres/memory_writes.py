@@ -180,6 +180,15 @@ class MemoryWriter:
         )
         return [record_from_row(r) for r in await cur.fetchall()]
 
+    async def active_preferences(self, conn: Conn, tenant_id: str, user_id: str) -> list[MemoryRecord]:
+        """The user's active preferences: what a retraction may take back (a few dozen rows at most)."""
+        cur = await conn.execute(
+            f"""SELECT {_RECORD_COLUMNS} FROM memories
+                WHERE tenant_id = %s AND user_id = %s AND type = 'preference' AND status = 'active'""",
+            (tenant_id, user_id),
+        )
+        return [record_from_row(r) for r in await cur.fetchall()]
+
     async def superseded_by(self, conn: Conn, tenant_id: str, user_id: str, memory_id: str) -> list[MemoryRecord]:
         cur = await conn.execute(
             f"SELECT {_RECORD_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND superseded_by = %s",
