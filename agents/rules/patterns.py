@@ -210,8 +210,10 @@ PREFERENCE_CUES = re.compile(
 
 
 def _object(group: str) -> str:
-    """One to three words taken back, in the named `group` (a pattern's groups need names of their own)."""
-    return rf"(?P<{group}>[^\W\d_][\w'-]*(?: (?!any ?more\b|now\b)[^\W\d_][\w'-]*){{0,2}})"
+    """One to six words taken back, to the clause's first mark, in the named `group` (a pattern's groups need
+    names of their own). All of its words must be in a preference to take it back, so the whole object is more
+    precise than its head: "spending time in the studio", not "spending"."""
+    return rf"(?P<{group}>[^\W\d_][\w'-]*(?: (?!any ?more\b|now\b)[^\W\d_][\w'-]*){{0,5}})"
 
 
 # What the user takes back: "I'm no longer vegetarian", "I don't eat meat anymore", "Please forget that I like
@@ -225,7 +227,9 @@ RETRACTION_CUES = re.compile(
             rf"i no longer (?:like|love|enjoy|eat|drink|want|prefer) {_object('c')}",
             rf"i (?:don't|do not) (?:like|love|enjoy|eat|drink|want) {_object('d')} any ?more",
             rf"forget (?:that |what |about )?i (?:like|love|enjoy|prefer) {_object('e')}",
-            rf"i used to (?:like|love|enjoy|eat|be) (?:an? )?{_object('f')}",
+            rf"i used to (?:like|love|enjoy) {_object('f')}",
+            # "I used to be scared of dogs" is no diet: only a diet was "been".
+            r"i used to be (?:an? )?(?P<g>vegetarian|vegan|pescatarian)",
         )
     )
     + ")",

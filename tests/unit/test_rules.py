@@ -137,6 +137,8 @@ def test_a_sentence_joining_two_things_keeps_each_apart() -> None:
         ("I'm not vegan any more!", "vegan"),
         ("Please forget that I like jazz, I'm over it.", "jazz"),
         ("I used to love techno.", "techno"),
+        ("I used to be vegan.", "vegan"),
+        ("I used to love spending time in the studio.", "spending time in the studio"),
         ("I no longer like jazz music.", "jazz music"),
         ("I'm no longer interested in football.", "interested in football"),
     ],
@@ -149,6 +151,7 @@ def test_a_preference_taken_back_names_what_it_takes_back(text: str, value: str)
 def test_what_is_not_taken_back() -> None:
     assert extract_preferences("I'm not sure anymore.") == []  # a state, not something liked
     assert extract_preferences("I'm not vegan.") == []  # "not" alone is no change
+    assert extract_preferences("I used to be scared of dogs.") == []  # past, and no preference
     (diet,) = extract_preferences("I don't eat meat anymore.")
     assert diet.category == "constraint"  # a diet said in the negative is a diet
 
