@@ -151,7 +151,7 @@ async def test_window_agent_extracts_once_per_accepted_turn_and_closes_a_session
     texts = {c["text"]: c["type"] for c in candidates.values()}
     assert texts == {
         "User lives in Berlin": "fact",
-        "User preference: I love green tea and I live in Berlin.": "preference",
+        "User preference: I love green tea": "preference",  # the city is the fact, not part of the like
         "I love green tea and I live in Berlin.": "exchange",
     }
     assert len(candidates.sent) == 3  # the redelivered turn added nothing
